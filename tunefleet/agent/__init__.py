@@ -1,0 +1,1 @@
+"""The worker side: connection, heartbeats, job execution, GPU discovery."""

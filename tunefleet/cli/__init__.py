@@ -1,0 +1,1 @@
+"""Command line: argument parsing only; each command calls into the rooms above."""

@@ -1,0 +1,1 @@
+"""A small real trainer shipped with tunefleet, for trying a fleet end to end."""

@@ -1,0 +1,1 @@
+"""Lifecycles as data: states, transition tables, guards. No I/O."""

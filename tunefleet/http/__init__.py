@@ -1,0 +1,1 @@
+"""aiohttp adapters: routes, auth, SSE, the web UI. Translate HTTP into actor messages."""

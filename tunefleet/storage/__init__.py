@@ -1,0 +1,1 @@
+"""Durable storage: peewee models, database opening, migrations, the writes actors ask for."""
