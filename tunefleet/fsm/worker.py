@@ -1,0 +1,110 @@
+"""The worker lifecycle: states, the transition table, and the guards/effects it names.
+
+A drain is sticky: ``drain`` sets ``drain_requested`` from any state (even while the
+worker is offline), a reconnecting worker comes back ``draining``, and only ``resume``
+clears it. The FSM never touches ``current_job_id``: the owning actor sets it when it
+assigns a job and clears it when the job is released.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from tunefleet.fsm.lifecycle import Lifecycle
+
+
+class WorkerState(StrEnum):
+    CONNECTING = "connecting"  # known (created by an admin) but never connected yet
+    IDLE = "idle"
+    BUSY = "busy"
+    DRAINING = "draining"  # takes no new job; the running one may finish
+    OFFLINE = "offline"  # heartbeat timeout or disconnect
+
+
+_EVERY_STATE = ("connecting", "offline", "idle", "busy", "draining")
+
+WORKER_TRANSITIONS: tuple[dict[str, Any], ...] = (
+    # A (re)registration lands where the worker's own facts say: a sticky drain first,
+    # then the job it is resuming, else ready for work. Exactly one row applies.
+    {
+        "trigger": "register",
+        "source": _EVERY_STATE,
+        "dest": "draining",
+        "conditions": "is_drain_requested",
+    },
+    {
+        "trigger": "register",
+        "source": _EVERY_STATE,
+        "dest": "busy",
+        "conditions": "has_job",
+        "unless": "is_drain_requested",
+    },
+    {
+        "trigger": "register",
+        "source": _EVERY_STATE,
+        "dest": "idle",
+        "unless": ["is_drain_requested", "has_job"],
+    },
+    # Only the scheduler assigns; the actor records current_job_id right after.
+    {"trigger": "assign", "source": "idle", "dest": "busy"},
+    # The job ended; a draining worker stays draining (an ephemeral one then leaves).
+    {"trigger": "release", "source": "busy", "dest": "idle"},
+    {"trigger": "release", "source": "draining", "dest": "draining"},
+    # No new jobs; a running one finishes. Not connected: remember it for the next register.
+    {
+        "trigger": "drain",
+        "source": ["idle", "busy", "draining"],
+        "dest": "draining",
+        "before": "request_drain",
+    },
+    {"trigger": "drain", "source": "connecting", "dest": "connecting", "before": "request_drain"},
+    {"trigger": "drain", "source": "offline", "dest": "offline", "before": "request_drain"},
+    # An admin undoes a drain. From idle or busy there is no drain to undo: illegal.
+    {
+        "trigger": "resume",
+        "source": "draining",
+        "dest": "busy",
+        "conditions": "has_job",
+        "before": "clear_drain",
+    },
+    {
+        "trigger": "resume",
+        "source": "draining",
+        "dest": "idle",
+        "unless": "has_job",
+        "before": "clear_drain",
+    },
+    {"trigger": "resume", "source": "connecting", "dest": "connecting", "before": "clear_drain"},
+    {"trigger": "resume", "source": "offline", "dest": "offline", "before": "clear_drain"},
+    # Heartbeat timeout, disconnect, or never connected in time.
+    {"trigger": "lose", "source": ["connecting", "idle", "busy", "draining"], "dest": "offline"},
+)
+
+WORKER_LIFECYCLE = Lifecycle("worker", WorkerState, WORKER_TRANSITIONS, id_attr="worker_id")
+
+
+class WorkerFsmMixin:
+    """What the worker table needs from its model: the attributes it reads and the guard and
+    effect methods it names. Actors and tests inherit it and set the attributes themselves."""
+
+    worker_id: str
+    state: str
+    drain_requested: bool
+    current_job_id: str | None
+
+    # --- guards -----------------------------------------------------------------------
+
+    def is_drain_requested(self) -> bool:
+        return self.drain_requested
+
+    def has_job(self) -> bool:
+        return self.current_job_id is not None
+
+    # --- effects: only the model's own drain flag, no I/O --------------------------------
+
+    def request_drain(self) -> None:
+        self.drain_requested = True
+
+    def clear_drain(self) -> None:
+        self.drain_requested = False
