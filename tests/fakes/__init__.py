@@ -1,0 +1,1 @@
+"""Stand-ins for outside systems (NVML) that tests inject in place of the real thing."""
