@@ -1,0 +1,404 @@
+"""Which pending job runs on which idle worker, and why a job still waits.
+
+Pure functions over small frozen views: no I/O, no asyncio, no clock. The scheduler
+actor owns the state (who is pending, who is idle) and calls in here for decisions.
+
+Policy (docs/scheduling.md is the user-facing version):
+- a worker qualifies for a job when the target allows it (worker: remote only, local:
+  the orchestrator's own runner only, auto: either) and it meets every requirement:
+  GPU count, per-GPU VRAM, GPU name glob (case-insensitive), label globs
+  (case-sensitive, fnmatch);
+- jobs go by priority (high first), then submission order; a job nothing fits is
+  skipped, never blocking the jobs behind it;
+- a job takes the best fit among free qualifying workers: fewest GPUs, then least
+  VRAM, then worker id; `auto` takes a remote worker whenever one qualifies and the
+  local runner only otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tunefleet.actors.matching_index import (
+    RequirementsKey,
+    WorkerPool,
+    fit_order,
+    gpu_name_matches,
+    label_matches,
+)
+from tunefleet.errors import TunefleetError
+
+TARGETS = ("worker", "local", "auto")
+# SimpleTuner's config.json writes CLI-style keys; a plain key is accepted too.
+NUM_PROCESSES_KEYS = ("--num_processes", "num_processes")
+# How many worker ids a wait reason lists before it says "and N more".
+_LISTED_WORKERS = 5
+
+
+class InvalidRequirements(TunefleetError, ValueError):
+    """A job's requirements are malformed (the message says which value and why)."""
+
+    status = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    """What a job needs from a worker. ``gpu_count=0`` means no GPU at all (CPU jobs)."""
+
+    target: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_count: int = 1
+    min_vram_gb: float | None = None
+    gpu_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise InvalidRequirements(
+                f"target must be one of worker, local, auto; got {self.target!r}"
+            )
+        if self.gpu_count < 0:
+            raise InvalidRequirements(f"gpu_count must be 0 or more; got {self.gpu_count}")
+        if self.min_vram_gb is not None and self.min_vram_gb < 0:
+            raise InvalidRequirements(f"min_vram_gb must be 0 or more; got {self.min_vram_gb}")
+        # A private copy: the caller's dict may change after the job was queued.
+        object.__setattr__(self, "labels", dict(self.labels))
+
+    def key(self) -> RequirementsKey:
+        """Hashable identity: jobs with equal keys qualify for exactly the same workers."""
+        return RequirementsKey(
+            target=self.target,
+            gpu_count=self.gpu_count,
+            min_vram_gb=self.min_vram_gb or None,
+            gpu_name=self.gpu_name.lower() if self.gpu_name else None,
+            labels=tuple(sorted(self.labels.items())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """What matching needs to know about one online worker. VRAM is per GPU."""
+
+    worker_id: str
+    is_local: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_count: int = 0
+    gpu_vram_gb: float | None = None
+    gpu_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    job_id: str
+    priority: int
+    seq: int
+    requirements: Requirements
+
+
+# --- one worker against one job -------------------------------------------------------
+
+
+def unmet(req: Requirements, worker: WorkerView) -> str | None:
+    """The first requirement ``worker`` fails for ``req``, as a short phrase; None if it fits."""
+    if req.target == "worker" and worker.is_local:
+        return "is the orchestrator's local runner; target worker needs a remote worker"
+    if req.target == "local" and not worker.is_local:
+        return "is a remote worker; target local runs only on the orchestrator"
+    if worker.gpu_count < req.gpu_count:
+        return f"has {_gpus(worker.gpu_count)}, needs {req.gpu_count}"
+    if req.min_vram_gb:
+        if worker.gpu_vram_gb is None:
+            return f"does not report its VRAM, needs {_gb(req.min_vram_gb)}"
+        if worker.gpu_vram_gb < req.min_vram_gb:
+            return f"has {_gb(worker.gpu_vram_gb)} VRAM per GPU, needs {_gb(req.min_vram_gb)}"
+    if req.gpu_name and not gpu_name_matches(worker.gpu_name, req.gpu_name.lower()):
+        if worker.gpu_name is None:
+            return f"does not report a GPU name, needs {req.gpu_name!r}"
+        return f"has GPU {worker.gpu_name!r}, which does not match {req.gpu_name!r}"
+    for key, pattern in req.labels.items():
+        problem = _label_problem(worker.labels, key, pattern)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _label_problem(labels: Mapping[str, str], key: str, pattern: str) -> str | None:
+    if label_matches(labels, key, pattern):
+        return None
+    if key not in labels:
+        return f"has no label {key}"
+    return f"label {key}={labels[key]} does not match {pattern}"
+
+
+# --- the matching pass ----------------------------------------------------------------
+
+
+def plan(
+    pending: Sequence[PendingJob], idle_workers: Sequence[WorkerView]
+) -> list[tuple[str, str]]:
+    """Assign idle workers to pending jobs: ``[(job_id, worker_id), ...]`` in job order.
+
+    Each worker and each job appears at most once. Cost: sorting, plus for each distinct
+    requirements key one forward scan over the workers it could use (jobs sharing a key
+    resume where the previous one stopped, and taken workers are skipped in near-O(1)).
+    """
+    by_id = {w.worker_id: w for w in idle_workers}  # a repeated id is still one worker
+    remote = WorkerPool([w for w in by_id.values() if not w.is_local])
+    local = WorkerPool([w for w in by_id.values() if w.is_local])
+    pools_for = {"worker": (remote,), "local": (local,), "auto": (remote, local)}
+    free = len(by_id)
+    cursors: dict[RequirementsKey, list[int]] = {}
+    placed_jobs: set[str] = set()
+    placements: list[tuple[str, str]] = []
+    for job in sorted(pending, key=lambda j: (-j.priority, j.seq, j.job_id)):
+        if free == 0:
+            break
+        if job.job_id in placed_jobs:
+            continue
+        key = job.requirements.key()
+        pools = pools_for[key.target]
+        positions = cursors.get(key)
+        if positions is None:
+            positions = [pool.start_for(key) for pool in pools]
+            cursors[key] = positions
+        for slot, pool in enumerate(pools):
+            index = pool.next_fit(positions[slot], key)
+            positions[slot] = index  # everything free before it failed this key for good
+            if index < len(pool):
+                pool.take(index)
+                free -= 1
+                placed_jobs.add(job.job_id)
+                placements.append((job.job_id, pool.workers[index].worker_id))
+                break
+    return placements
+
+
+# --- why a job waits ------------------------------------------------------------------
+
+
+def wait_reason(req: Requirements, fleet: Sequence[WorkerView], idle_ids: Collection[str]) -> str:
+    """One line saying why a job with ``req`` is not running, for the person who submitted it.
+
+    ``fleet`` is every online worker (idle, busy or draining); ``idle_ids`` are those that
+    may take a job now.
+    """
+    eligible, missing = _eligible(req, fleet)
+    if missing is not None:
+        return missing
+    problems = _fleet_wide_problems(req, eligible)
+    if problems:
+        return "; ".join(problems)
+    qualifying = sorted((w for w in eligible if unmet(req, w) is None), key=lambda w: w.worker_id)
+    if not qualifying:
+        closest = min(eligible, key=lambda w: (_count_unmet(req, w), w.worker_id))
+        return (
+            "no single worker meets every requirement "
+            f"(closest is {closest.worker_id}: {unmet(req, closest)})"
+        )
+    idle = [w.worker_id for w in qualifying if w.worker_id in idle_ids]
+    if idle:
+        # Only between events: the next matching pass dispatches it.
+        return f"qualifying worker {idle[0]} is idle; dispatch is imminent"
+    return "every qualifying worker is busy or draining: " + _list_ids(
+        [w.worker_id for w in qualifying]
+    )
+
+
+def _eligible(
+    req: Requirements, fleet: Sequence[WorkerView]
+) -> tuple[list[WorkerView], str | None]:
+    if req.target == "local":
+        eligible = [w for w in fleet if w.is_local]
+        if not eligible:
+            return eligible, (
+                "target local but the orchestrator has no local runner "
+                "(start the server with --local-runner, or submit with target worker or auto)"
+            )
+        return eligible, None
+    if req.target == "worker":
+        eligible = [w for w in fleet if not w.is_local]
+        if not eligible and fleet:
+            return eligible, (
+                "no remote worker is connected; target worker never uses the orchestrator's "
+                "local runner (use target auto to allow it)"
+            )
+    else:
+        eligible = list(fleet)
+    if not eligible:
+        return eligible, "no worker is connected (start one with `tunefleet worker`)"
+    return eligible, None
+
+
+def _fleet_wide_problems(req: Requirements, eligible: list[WorkerView]) -> list[str]:
+    """Requirements that no eligible worker meets even when judged one at a time."""
+    largest = {
+        "local": "the local runner",
+        "worker": "the largest remote worker" if len(eligible) > 1 else "the only remote worker",
+        "auto": "the largest worker" if len(eligible) > 1 else "the only worker",
+    }[req.target]
+    problems = []
+    most_gpus = max(w.gpu_count for w in eligible)
+    if most_gpus < req.gpu_count:
+        problems.append(f"needs {_gpus(req.gpu_count)}; {largest} has {most_gpus}")
+    if req.min_vram_gb:
+        known = [w.gpu_vram_gb for w in eligible if w.gpu_vram_gb is not None]
+        if not known:
+            problems.append(f"min VRAM {_gb(req.min_vram_gb)}; no worker reports its VRAM")
+        elif max(known) < req.min_vram_gb:
+            problems.append(f"min VRAM {_gb(req.min_vram_gb)}; {largest} has {_gb(max(known))}")
+    if req.gpu_name:
+        problem = _gpu_name_problem(req.gpu_name, eligible)
+        if problem is not None:
+            problems.append(problem)
+    if req.labels:
+        problem = _labels_problem(req.labels, eligible)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def _gpu_name_problem(pattern: str, eligible: list[WorkerView]) -> str | None:
+    lowered = pattern.lower()
+    if any(gpu_name_matches(w.gpu_name, lowered) for w in eligible):
+        return None
+    names = sorted({w.gpu_name for w in eligible if w.gpu_name})
+    if not names:
+        return f"no GPU named {pattern!r} (no worker reports a GPU name)"
+    reason = f"no GPU named {pattern!r} (workers have: {_list_ids(names)})"
+    # The glob must match the whole name; "H100*" misses "NVIDIA H100 80GB HBM3".
+    wider = (
+        ("" if pattern.startswith("*") else "*") + pattern + ("" if pattern.endswith("*") else "*")
+    )
+    if wider != pattern and any(gpu_name_matches(n, wider.lower()) for n in names):
+        reason += f"; the name must match whole, try {wider!r}"
+    return reason
+
+
+def _labels_problem(labels: Mapping[str, str], eligible: list[WorkerView]) -> str | None:
+    def matched(w: WorkerView) -> int:
+        return sum(label_matches(w.labels, k, p) for k, p in labels.items())
+
+    if any(matched(w) == len(labels) for w in eligible):
+        return None
+    # Name the labels nobody has, or all of them when only the combination fails.
+    hopeless = {
+        k: p for k, p in labels.items() if not any(label_matches(w.labels, k, p) for w in eligible)
+    }
+    shown = hopeless or dict(labels)
+    closest = min(
+        eligible,
+        key=lambda w: (-matched(w), -_shares_keys(w, shown), -_likeness(w, shown), w.worker_id),
+    )
+    key = next(k for k, p in shown.items() if not label_matches(closest.labels, k, p))
+    has = f"has {key}={closest.labels[key]}" if key in closest.labels else f"has no label {key}"
+    wanted = ", ".join(f"{k}={p}" for k, p in shown.items())
+    plural = "labels" if len(shown) > 1 else "label"
+    together = "" if hopeless else " together"
+    return f"no worker matches {plural} {wanted}{together} (closest: {closest.worker_id} {has})"
+
+
+def _shares_keys(worker: WorkerView, labels: Mapping[str, str]) -> int:
+    return sum(k in worker.labels for k in labels)
+
+
+def _likeness(worker: WorkerView, labels: Mapping[str, str]) -> int:
+    """Characters the worker's values share with the wanted patterns' starts (a10 ~ a100*)."""
+    total = 0
+    for key, pattern in labels.items():
+        value = str(worker.labels.get(key, ""))
+        total += _shared_start(value, pattern)
+    return total
+
+
+def _shared_start(a: str, b: str) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def _count_unmet(req: Requirements, worker: WorkerView) -> int:
+    """How many requirements ``worker`` misses (labels count one each)."""
+    return sum(
+        (
+            worker.gpu_count < req.gpu_count,
+            bool(req.min_vram_gb)
+            and (worker.gpu_vram_gb is None or worker.gpu_vram_gb < (req.min_vram_gb or 0)),
+            bool(req.gpu_name)
+            and not gpu_name_matches(worker.gpu_name, (req.gpu_name or "").lower()),
+            *(not label_matches(worker.labels, k, p) for k, p in req.labels.items()),
+        )
+    )
+
+
+# --- the job's GPU count from its training config -------------------------------------
+
+
+def job_gpu_count_from_config(config: Mapping[str, object]) -> int | None:
+    """GPU count implied by SimpleTuner's ``num_processes`` (one process per GPU).
+
+    None when the config does not say. Raises InvalidRequirements for a value that is not a
+    whole number of at least 1, or when both spellings are present and disagree.
+    """
+    found = {
+        key: _parse_num_processes(key, config[key])
+        for key in NUM_PROCESSES_KEYS
+        if key in config and config[key] not in (None, "")
+    }
+    values = set(found.values())
+    if len(values) > 1:
+        both = " and ".join(f"{k}={v}" for k, v in found.items())
+        raise InvalidRequirements(f"config sets {both}; keep one")
+    return values.pop() if values else None
+
+
+def _parse_num_processes(key: str, raw: object) -> int:
+    value: int | None = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, float) and raw.is_integer():
+        value = int(raw)
+    elif isinstance(raw, str):
+        text = raw.strip()
+        if text.isascii() and text.isdigit():  # "2"; "2.5", "two", "-1" are refused below
+            value = int(text)
+    if value is None or value < 1:
+        raise InvalidRequirements(f"{key} must be a whole number of at least 1; got {raw!r}")
+    return value
+
+
+# --- wording helpers ------------------------------------------------------------------
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
+def _gb(value: float) -> str:
+    return f"{value:g} GB"
+
+
+def _list_ids(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:_LISTED_WORKERS])
+    more = len(ids) - _LISTED_WORKERS
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+__all__ = [
+    "NUM_PROCESSES_KEYS",
+    "TARGETS",
+    "InvalidRequirements",
+    "PendingJob",
+    "Requirements",
+    "RequirementsKey",
+    "WorkerView",
+    "fit_order",
+    "gpu_name_matches",
+    "job_gpu_count_from_config",
+    "label_matches",
+    "plan",
+    "unmet",
+    "wait_reason",
+]
