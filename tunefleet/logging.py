@@ -1,0 +1,157 @@
+"""Logging for every tunefleet process: structlog in front, the standard library behind.
+
+Everything, structlog events and plain ``logging`` records alike (aiohttp, asyncio,
+transitions), goes through one handler whose last steps redact secrets and render
+console or JSON lines, so no code path can print a token.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Mapping
+from typing import Literal, TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+LogFormat = Literal["console", "json"]
+
+# wt_ worker tokens and tf_ API tokens: prefix + URL-safe base64. The look-behind keeps
+# words such as "newt_..." from matching; six characters keep "tf_x" readable.
+TOKEN_PATTERN = re.compile(r"(?<![A-Za-z0-9])(wt|tf)_([A-Za-z0-9_\-]{6,})")
+# Keys whose value is a secret whatever it looks like: token, worker_token,
+# X-Worker-Token, password, client_secret, authorization. Not token_hash.
+_SECRET_KEY = re.compile(r"(?:^|[_\-])(token|password|passwd|secret|authorization)$", re.I)
+REDACTED = "[redacted]"
+# Shorter token bodies show no tail at all: four of a few characters is too much.
+_MIN_BODY_FOR_TAIL = 16
+_MAX_DEPTH = 8
+_PLAIN = (int, float, bool, type(None))
+# Loggers that are too chatty at their own defaults.
+_QUIET_LOGGERS = {"transitions": logging.WARNING, "peewee": logging.INFO}
+
+
+def _mask(match: re.Match[str]) -> str:
+    prefix, body = match.group(1), match.group(2)
+    tail = body[-4:] if len(body) >= _MIN_BODY_FOR_TAIL else ""
+    return f"{prefix}_…{tail}"
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every token replaced by its prefix and last four characters."""
+    return TOKEN_PATTERN.sub(_mask, text)
+
+
+def contains_token(text: str) -> bool:
+    return TOKEN_PATTERN.search(text) is not None
+
+
+def is_secret_key(key: str) -> bool:
+    return _SECRET_KEY.search(key) is not None
+
+
+def redact(value: object, _depth: int = 0) -> object:
+    """A copy of ``value`` with tokens masked inside strings, containers and the
+    reprs of other objects, and values under secret-named keys replaced."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, _PLAIN):
+        return value
+    if _depth >= _MAX_DEPTH:
+        return REDACTED
+    if isinstance(value, Mapping):
+        return {k: _redact_item(k, v, _depth) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [redact(item, _depth + 1) for item in value]
+    if isinstance(value, bytes):
+        return redact(value.decode("utf-8", "replace"), _depth + 1)
+    # An arbitrary object is rendered by its repr; only replace it when that leaks.
+    shown = repr(value)
+    return redact_text(shown) if contains_token(shown) else value
+
+
+def _redact_item(key: object, value: object, depth: int) -> object:
+    if isinstance(key, str) and is_secret_key(key) and value is not None:
+        if isinstance(value, str) and TOKEN_PATTERN.fullmatch(value):
+            return redact_text(value)
+        return REDACTED
+    return redact(value, depth + 1)
+
+
+def redact_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
+    """structlog processor: the last step before rendering."""
+    for key, value in list(event_dict.items()):
+        event_dict[key] = _redact_item(key, value, 0)
+    return event_dict
+
+
+class _TunefleetHandler(logging.StreamHandler[TextIO]):
+    """Marks the handler configure_logging installed, so a second call replaces it."""
+
+
+def configure_logging(
+    fmt: LogFormat | str = "console", verbose: bool = False, stream: TextIO | None = None
+) -> None:
+    """Route structlog and the standard library to ``stream`` (default: stderr) as
+    console lines or JSON lines, ISO-8601 UTC timestamps, tokens redacted; DEBUG when
+    ``verbose``, else INFO. Calling it again replaces the previous setup."""
+    if fmt not in ("console", "json"):
+        raise ValueError(f"log format must be 'console' or 'json', not {fmt!r}")
+    target = stream if stream is not None else sys.stderr
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    renderer: Processor = (
+        structlog.processors.JSONRenderer(ensure_ascii=False)
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=_is_tty(target))
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.add_log_level,
+            timestamper,
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            # Tracebacks become plain text here (never rich's, which prints local
+            # variables) so the redaction below sees them too.
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            renderer,
+        ],
+    )
+    handler = _TunefleetHandler(target)
+    handler.setFormatter(formatter)
+
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _TunefleetHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for name, level in _QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
+    logging.captureWarnings(True)
+
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.filter_by_level,
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            timestamper,
+            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        # Not cached: a cached logger keeps the configuration of its first use, which
+        # would defeat reconfiguring (tests, structlog.testing.capture_logs).
+        cache_logger_on_first_use=False,
+    )
+
+
+def _is_tty(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
