@@ -1,0 +1,276 @@
+"""Opening the database, and the one thread that owns its connection.
+
+Every query runs on the DB thread, never on the event loop: `read(fn)` and `write(fn)`
+queue a synchronous callable and await its result, which the thread hands back with
+`loop.call_soon_threadsafe`. Writes queued together (heartbeats from many workers) run
+in ONE transaction, each in its own savepoint, so one fsync serves them all and a failing
+write undoes only itself. A write's caller hears back only after the commit, so an
+acknowledged write is durable. Reads run between write groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import peewee as pw
+import structlog
+
+from tunefleet.errors import TunefleetError
+from tunefleet.storage.errors import DatabaseClosed, DatabaseUnavailable
+from tunefleet.storage.migrations import MigrationResult, migrate
+from tunefleet.storage.models import database_proxy
+from tunefleet.storage.urls import (
+    Backend,
+    DatabaseConfig,
+    build_peewee_database,
+    parse_database_url,
+)
+
+T = TypeVar("T")
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_MAX_GROUP: Final = 256
+_STOP: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseStats:
+    """Counters since open: how well writes were grouped, for tests and metrics."""
+
+    reads: int
+    writes: int
+    failed_writes: int
+    write_groups: int  # committed (or failed) write transactions
+
+
+class _Call:
+    __slots__ = ("fn", "future", "is_write", "loop")
+
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        is_write: bool,
+    ) -> None:
+        self.fn = fn
+        self.loop = loop
+        self.future = future
+        self.is_write = is_write
+
+    def settle(self, ok: bool, value: Any) -> None:
+        # A closed caller loop (RuntimeError) means nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(_settle_future, self.future, ok, value)
+
+
+def _settle_future(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():  # the caller was cancelled; the work itself still happened
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class Database:
+    """One database connection owned by one thread. Build it with `open_database`."""
+
+    def __init__(self, config: DatabaseConfig, *, max_group: int = DEFAULT_MAX_GROUP) -> None:
+        if max_group < 1:
+            raise ValueError("max_group must be at least 1")
+        self.backend: Backend = config.backend
+        self.description = config.description
+        self._config = config
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue[_Call | object] = queue.SimpleQueue()
+        self._closing = False
+        self._closed = asyncio.get_running_loop().create_future()
+        self._pw: pw.Database | None = None
+        self._reads = self._writes = self._failed_writes = self._groups = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"tunefleet-db-{config.backend}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def stats(self) -> DatabaseStats:
+        return DatabaseStats(self._reads, self._writes, self._failed_writes, self._groups)
+
+    @property
+    def thread_id(self) -> int | None:
+        return self._thread.ident
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    async def read(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the DB thread (in a read transaction, for a consistent view)."""
+        return await self._submit(fn, is_write=False)
+
+    async def write(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the DB thread in a savepoint of a (possibly shared) transaction.
+
+        Returns after the commit. If `fn` raises, its savepoint is rolled back and the
+        error is raised here; the other writes of the group are kept. A cancelled caller
+        does not cancel the write.
+        """
+        return await self._submit(fn, is_write=True)
+
+    async def close(self) -> None:
+        """Run what is already queued, then close the connection. Idempotent."""
+        if not self._closing:
+            self._closing = True
+            self._queue.put(_STOP)
+        await asyncio.shield(self._closed)
+
+    async def _submit(self, fn: Callable[[], T], *, is_write: bool) -> T:
+        if self._closing:
+            raise DatabaseClosed(f"the database {self.description} is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Call(fn, loop, future, is_write))
+        return await future
+
+    # --- on the DB thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        stopping = False
+        try:
+            while not stopping:
+                batch = [self._queue.get()]
+                while True:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                calls = [item for item in batch if isinstance(item, _Call)]
+                stopping = len(calls) != len(batch)
+                for call in calls:
+                    if not call.is_write:
+                        self._run_read(call)
+                writes = [call for call in calls if call.is_write]
+                for start in range(0, len(writes), self._max_group):
+                    self._run_write_group(writes[start : start + self._max_group])
+        finally:
+            self._shut_down()
+
+    def _connection(self) -> pw.Database:
+        """The connected peewee database; reconnects after a lost PostgreSQL connection."""
+        if self._pw is None:
+            self._pw = build_peewee_database(self._config)
+            database_proxy.initialize(self._pw)
+        if not self._pw.is_closed() and not self._pw.is_connection_usable():
+            log.warning("storage.reconnecting", database=self.description)
+            try:
+                self._pw.close()
+            except pw.PeeweeException:
+                self._pw.dispose()
+        self._pw.connect(reuse_if_open=True)
+        return self._pw
+
+    def _run_read(self, call: _Call) -> None:
+        self._reads += 1
+        try:
+            with self._connection().atomic():
+                result = call.fn()
+        except Exception as exc:
+            call.settle(False, exc)
+        else:
+            call.settle(True, result)
+
+    def _run_write_group(self, group: list[_Call]) -> None:
+        self._groups += 1
+        self._writes += len(group)
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            database = self._connection()
+            begin = ("IMMEDIATE",) if self.backend == "sqlite" else ()
+            with database.atomic(*begin):
+                for call in group:
+                    try:
+                        with database.atomic():  # nested: a savepoint
+                            outcomes.append((True, call.fn()))
+                    except Exception as exc:
+                        self._failed_writes += 1
+                        outcomes.append((False, exc))
+        except Exception as exc:  # BEGIN or COMMIT failed: nothing of the group is kept
+            log.error("storage.write_group_failed", size=len(group), error=str(exc))
+            self._failed_writes += len(group) - sum(not ok for ok, _ in outcomes)
+            for call in group:
+                call.settle(False, exc)
+            return
+        for call, (ok, value) in zip(group, outcomes, strict=True):
+            call.settle(ok, value)
+
+    def _shut_down(self) -> None:
+        leftover: list[_Call] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Call):
+                leftover.append(item)
+        for call in leftover:
+            call.settle(False, DatabaseClosed(f"the database {self.description} is closed"))
+        try:
+            if self._pw is not None and not self._pw.is_closed():
+                self._pw.close()
+        except pw.PeeweeException as exc:
+            log.warning("storage.close_failed", database=self.description, error=str(exc))
+        finally:
+            database_proxy.initialize(None)
+            loop = self._closed.get_loop()
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle_future, self._closed, True, None)
+
+
+async def open_database(
+    url: str | None, data_dir: Path, *, max_group: int = DEFAULT_MAX_GROUP
+) -> Database:
+    """Open (and create or upgrade) the database that `url` names; None → SQLite in data_dir.
+
+    Raises DatabaseUrlError for a URL it cannot use, DatabaseUnavailable when the database
+    cannot be opened or reached, SchemaTooNew when a newer tunefleet wrote it. Every one
+    of these is a TunefleetError with a one-line message saying what to fix.
+    """
+    config = parse_database_url(url, data_dir)
+    db = Database(config, max_group=max_group)
+    try:
+        result: MigrationResult = await db.write(lambda: migrate(db._connection()))
+    except TunefleetError:
+        await db.close()
+        raise
+    except (pw.PeeweeException, OSError) as exc:
+        await db.close()
+        raise DatabaseUnavailable(_unavailable_message(config, exc)) from exc
+    log.info(
+        "storage.opened",
+        database=config.description,
+        schema_from=result.from_version,
+        schema_version=result.to_version,
+    )
+    return db
+
+
+def _unavailable_message(config: DatabaseConfig, exc: BaseException) -> str:
+    detail = next((line.strip() for line in str(exc).splitlines() if line.strip()), repr(exc))
+    if config.backend == "postgresql":
+        return (
+            f"cannot use PostgreSQL at {config.description}: {detail}; check --database-url, "
+            "that the server is running, and that this user may connect and create tables"
+        )
+    return (
+        f"cannot open SQLite database {config.sqlite_path}: {detail}; "
+        "check that the path is a tunefleet database in a writable directory"
+    )

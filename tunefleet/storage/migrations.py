@@ -1,0 +1,146 @@
+"""Versioned schema migrations, applied in order on open.
+
+`schema_version` holds one row per applied migration; the database's version is the
+highest. Opening an older database upgrades it in ONE transaction (all or nothing); a
+newer one is refused with SchemaTooNew so an old release never writes to a schema it
+does not understand. Policy: migrations only add (tables, nullable columns, indexes) so
+a rollback to a backup is the way back, and every migration is written once and frozen.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import peewee as pw
+from playhouse.migrate import SchemaMigrator
+
+from tunefleet.storage.errors import SchemaTooNew
+from tunefleet.storage.schema_v1 import v1_models
+
+__all__ = [
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "Migration",
+    "MigrationResult",
+    "SchemaTooNew",
+    "current_version",
+    "migrate",
+]
+
+_VERSION_TABLE = "schema_version"
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[pw.Database], None]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationResult:
+    from_version: int
+    to_version: int
+
+    @property
+    def upgraded(self) -> bool:
+        return self.to_version != self.from_version
+
+
+def _initial_schema(database: pw.Database) -> None:
+    database.create_tables(v1_models(database), safe=False)
+
+
+def _job_logs_and_indexes(database: pw.Database) -> None:
+    class JobRef(pw.Model):  # only what the foreign key needs of the job table
+        id = pw.CharField(max_length=64, primary_key=True)
+
+        class Meta:
+            table_name = "job"
+
+    class JobLog(pw.Model):
+        id = pw.BigAutoField()
+        job = pw.ForeignKeyField(JobRef, on_delete="CASCADE", column_name="job_id", index=False)
+        attempt = pw.IntegerField()
+        seq = pw.IntegerField()
+        at = pw.DoubleField()
+        stream = pw.CharField(max_length=8)
+        line = pw.TextField()
+
+        class Meta:
+            table_name = "job_log"
+
+    JobRef._meta.set_database(database)
+    JobLog._meta.set_database(database)
+    JobLog.create_table(safe=False)
+    migrator = SchemaMigrator.from_database(database)
+    index = migrator.add_index
+    migrator.migrate(
+        migrator.add_column("worker", "offline_at", pw.DoubleField(null=True)),
+        # Duplicate log batches (an agent retrying a POST) are ignored by this key.
+        index("job_log", ("job_id", "attempt", "seq"), unique=True),
+        index("job_log", ("job_id", "id")),
+        index("job", ("state", "seq")),
+        index("job", ("worker_id",)),
+        index("job", ("target", "seq")),
+        index("worker", ("state",)),
+        index("audit_event", ("kind", "id")),
+        index("audit_event", ("actor", "id")),
+        index("audit_event", ("at",)),
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _initial_schema),
+    Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
+)
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def current_version(database: pw.Database) -> int:
+    """The schema version of an open database; 0 when it is empty."""
+    if _VERSION_TABLE not in database.get_tables():
+        return 0
+    row = database.execute_sql(f'SELECT MAX("version") FROM "{_VERSION_TABLE}"').fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def migrate(
+    database: pw.Database,
+    *,
+    target: int = LATEST_VERSION,
+    now: Callable[[], float] = time.time,
+) -> MigrationResult:
+    """Bring `database` to `target` (default: latest) in one transaction.
+
+    Safe to call on every open (idempotent) and from two processes at once: the writer
+    lock (SQLite BEGIN IMMEDIATE, a PostgreSQL advisory lock) is taken before the version
+    is read, so the second one finds the work done.
+    """
+    is_sqlite = isinstance(database, pw.SqliteDatabase)
+    outermost = database.transaction_depth() == 0
+    txn = database.atomic("IMMEDIATE") if is_sqlite and outermost else database.atomic()
+    with txn:
+        if isinstance(database, pw.PostgresqlDatabase):
+            database.execute_sql(
+                "SELECT pg_advisory_xact_lock(hashtext('tunefleet-migrate:' || current_schema()))"
+            )
+        found = current_version(database)
+        if found > LATEST_VERSION:
+            raise SchemaTooNew(
+                f"the database has schema version {found} but this tunefleet only knows up to "
+                f"{LATEST_VERSION}: upgrade tunefleet (or restore a backup made before the "
+                "newer release touched it)"
+            )
+        table = pw.Table(_VERSION_TABLE, ("version", "description", "applied_at"))
+        for migration in MIGRATIONS:
+            if found < migration.version <= target:
+                migration.apply(database)
+                table.bind(database).insert(
+                    version=migration.version,
+                    description=migration.description,
+                    applied_at=now(),
+                ).execute()
+    return MigrationResult(from_version=found, to_version=max(found, min(target, LATEST_VERSION)))

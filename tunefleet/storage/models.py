@@ -1,0 +1,245 @@
+"""The peewee models: the current (latest) schema, bound at open time through a proxy.
+
+The models describe the schema that the last migration produces; the migrations (not
+`create_tables`) build it. Timestamps are floats (unix seconds, UTC) named `*_at`; JSON
+columns hold dicts and lists as canonical JSON text, which works the same on SQLite and
+PostgreSQL. Floats are `DoubleField`: PostgreSQL's `REAL` would round a unix timestamp to
+the minute.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import peewee as pw
+
+TERMINAL_JOB_STATES = frozenset({"completed", "failed", "cancelled"})
+"""Mirrors fsm.job.TERMINAL_JOB_STATES; storage stays independent of the FSM package."""
+
+
+def canonical_json(value: object) -> str:
+    """One spelling per value (sorted keys, no spaces), so stored text and hashes are stable."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+class ThreadBoundProxy(pw.DatabaseProxy):
+    """A DatabaseProxy whose target is per thread.
+
+    Each `Database` initializes it on its own DB thread, so several databases can be open
+    in one process (tests, tools), and a model query from any other thread (the event loop
+    above all) fails at once instead of blocking it.
+    """
+
+    __slots__ = ("_local",)
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_local", threading.local())
+        super().__init__()
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        # Proxy.__setattr__ only knows its own __slots__; `obj` is a property here.
+        object.__setattr__(self, attr, value)
+
+    @property
+    def obj(self) -> pw.Database | None:
+        return getattr(self._local, "database", None)
+
+    @obj.setter
+    def obj(self, database: pw.Database | None) -> None:
+        self._local.database = database
+
+    def __getattr__(self, attr: str) -> Any:
+        database = self.obj
+        if database is None:
+            raise AttributeError(
+                "storage models are only usable on the database thread: "
+                "go through Database.read()/write() or Store"
+            )
+        return getattr(database, attr)
+
+
+database_proxy = ThreadBoundProxy()
+
+
+class JsonField(pw.TextField):
+    """A dict/list (or None) stored as canonical JSON text: portable across backends."""
+
+    def db_value(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        return canonical_json(value)
+
+    def python_value(self, value: Any) -> Any:
+        if value is None:
+            return None
+        return json.loads(value)
+
+
+class BaseModel(pw.Model):
+    class Meta:
+        database = database_proxy
+        legacy_table_names = False
+
+
+class SchemaVersion(BaseModel):
+    version = pw.IntegerField(primary_key=True)
+    description = pw.TextField()
+    applied_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "schema_version"
+
+
+class Worker(BaseModel):
+    id = pw.CharField(max_length=64, primary_key=True)
+    name = pw.TextField()
+    worker_type = pw.CharField(max_length=16)  # "persistent" | "ephemeral"
+    state = pw.CharField(max_length=16)
+    drain_requested = pw.BooleanField(default=False)
+    is_local = pw.BooleanField(default=False)
+    labels = JsonField(default=dict)  # admin-assigned
+    agent_labels = JsonField(default=dict)  # sent by the agent
+    gpu_info = JsonField(default=dict)
+    gpu_count = pw.IntegerField(default=0)
+    gpu_name = pw.TextField(null=True)
+    gpu_vram_gb = pw.DoubleField(null=True)
+    accelerator_type = pw.TextField(null=True)
+    provider = pw.TextField(null=True)
+    current_job_id = pw.CharField(max_length=64, null=True)
+    persistent_agent = pw.BooleanField(null=True)
+    hostname = pw.TextField(null=True)
+    client_address = pw.TextField(null=True)
+    last_event_id = pw.BigIntegerField(default=0)
+    gpu_utilization = JsonField(default=list)
+    vram_used_gb = JsonField(default=list)
+    last_heartbeat_at = pw.DoubleField(null=True)
+    connected_at = pw.DoubleField(null=True)
+    last_seen_at = pw.DoubleField(null=True)
+    offline_at = pw.DoubleField(null=True)  # added by migration 2
+    created_at = pw.DoubleField()
+    updated_at = pw.DoubleField()
+
+
+class WorkerToken(BaseModel):
+    id = pw.AutoField()
+    worker = pw.ForeignKeyField(Worker, on_delete="CASCADE", column_name="worker_id")
+    token_hash = pw.CharField(max_length=128, unique=True)
+    created_at = pw.DoubleField()
+    revoked_at = pw.DoubleField(null=True)
+
+
+class ApiToken(BaseModel):
+    id = pw.AutoField()
+    name = pw.TextField()
+    token_hash = pw.CharField(max_length=128, unique=True)
+    permissions = JsonField(default=list)
+    created_at = pw.DoubleField()
+    last_used_at = pw.DoubleField(null=True)
+    revoked_at = pw.DoubleField(null=True)
+
+
+class Job(BaseModel):
+    id = pw.CharField(max_length=64, primary_key=True)
+    seq = pw.IntegerField(unique=True)  # submission order
+    name = pw.TextField(null=True)
+    config_name = pw.TextField(null=True)
+    config = JsonField(default=dict)
+    dataloader = JsonField(null=True)
+    command = JsonField(null=True)  # list of argv strings, or None for the default command
+    env = JsonField(default=dict)
+    target = pw.CharField(max_length=16, default="auto")
+    worker_labels = JsonField(default=dict)
+    gpu_count = pw.IntegerField(default=1)
+    min_vram_gb = pw.DoubleField(null=True)
+    gpu_name = pw.TextField(null=True)
+    priority = pw.IntegerField(default=0)
+    max_retries = pw.IntegerField(default=3)
+    attempts = pw.IntegerField(default=0)
+    timeout_minutes = pw.DoubleField(null=True)
+    state = pw.CharField(max_length=16, default="pending")
+    worker_id = pw.CharField(max_length=64, null=True)  # current assignment, not a FK
+    submitted_by = pw.TextField(null=True)
+    submitted_at = pw.DoubleField()
+    dispatched_at = pw.DoubleField(null=True)
+    started_at = pw.DoubleField(null=True)
+    finished_at = pw.DoubleField(null=True)
+    progress = JsonField(null=True)
+    error = pw.TextField(null=True)
+    wait_reason = pw.TextField(null=True)
+    updated_at = pw.DoubleField()
+
+
+class JobAttempt(BaseModel):
+    id = pw.AutoField()
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id")
+    number = pw.IntegerField()
+    worker_id = pw.CharField(max_length=64, null=True)
+    dispatched_at = pw.DoubleField()
+    started_at = pw.DoubleField(null=True)
+    ended_at = pw.DoubleField(null=True)
+    outcome = pw.CharField(max_length=16, null=True)
+    reason = pw.TextField(null=True)
+
+    class Meta:
+        table_name = "job_attempt"
+
+
+class JobEvent(BaseModel):
+    id = pw.BigAutoField()
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id")
+    at = pw.DoubleField()
+    kind = pw.CharField(max_length=32)
+    worker_id = pw.CharField(max_length=64, null=True)
+    attempt = pw.IntegerField(null=True)
+    detail = JsonField(default=dict)
+
+    class Meta:
+        table_name = "job_event"
+
+
+class JobLog(BaseModel):
+    """Added by migration 2."""
+
+    id = pw.BigAutoField()
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id", index=False)
+    attempt = pw.IntegerField()
+    seq = pw.IntegerField()
+    at = pw.DoubleField()
+    stream = pw.CharField(max_length=8)  # "stdout" | "stderr"
+    line = pw.TextField()
+
+    class Meta:
+        table_name = "job_log"
+
+
+class AuditEvent(BaseModel):
+    id = pw.BigAutoField()
+    at = pw.DoubleField()
+    kind = pw.CharField(max_length=64)
+    actor = pw.TextField(null=True)
+    client_address = pw.TextField(null=True)
+    target = pw.TextField(null=True)
+    outcome = pw.CharField(max_length=16)
+    detail = JsonField(default=dict)
+    prev_hash = pw.CharField(max_length=64)
+    hash = pw.CharField(max_length=64)
+
+    class Meta:
+        table_name = "audit_event"
+
+
+ALL_MODELS: tuple[type[BaseModel], ...] = (
+    SchemaVersion,
+    Worker,
+    WorkerToken,
+    ApiToken,
+    Job,
+    JobAttempt,
+    JobEvent,
+    JobLog,
+    AuditEvent,
+)

@@ -1,0 +1,188 @@
+"""What the store returns: frozen, detached copies of rows.
+
+Plain dataclasses rather than peewee model instances because a model instance can run a
+query when touched (a foreign key, `save()`), and the store's callers live on the event
+loop, where no query may run. Field names follow the models; a foreign key `job` appears
+as `job_id`, `worker` as `worker_id`. Frozen is shallow: do not mutate the dicts/lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    id: str
+    name: str
+    worker_type: str
+    state: str
+    drain_requested: bool
+    is_local: bool
+    labels: dict[str, str]
+    agent_labels: dict[str, str]
+    gpu_info: dict[str, Any]
+    gpu_count: int
+    gpu_name: str | None
+    gpu_vram_gb: float | None
+    accelerator_type: str | None
+    provider: str | None
+    current_job_id: str | None
+    persistent_agent: bool | None
+    hostname: str | None
+    client_address: str | None
+    last_event_id: int
+    gpu_utilization: list[float]
+    vram_used_gb: list[float]
+    last_heartbeat_at: float | None
+    connected_at: float | None
+    last_seen_at: float | None
+    offline_at: float | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerTokenRow:
+    id: int
+    worker_id: str
+    token_hash: str
+    created_at: float
+    revoked_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiTokenRow:
+    id: int
+    name: str
+    token_hash: str
+    permissions: list[str]
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    id: str
+    seq: int
+    name: str | None
+    config_name: str | None
+    config: dict[str, Any]
+    dataloader: Any
+    command: list[str] | None
+    env: dict[str, str]
+    target: str
+    worker_labels: dict[str, str]
+    gpu_count: int
+    min_vram_gb: float | None
+    gpu_name: str | None
+    priority: int
+    max_retries: int
+    attempts: int
+    timeout_minutes: float | None
+    state: str
+    worker_id: str | None
+    submitted_by: str | None
+    submitted_at: float
+    dispatched_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    progress: dict[str, Any] | None
+    error: str | None
+    wait_reason: str | None
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttemptRow:
+    id: int
+    job_id: str
+    number: int
+    worker_id: str | None
+    dispatched_at: float
+    started_at: float | None
+    ended_at: float | None
+    outcome: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobEventRow:
+    id: int
+    job_id: str
+    at: float
+    kind: str
+    worker_id: str | None
+    attempt: int | None
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobLogRow:
+    id: int  # the read cursor: ids grow in insertion order
+    job_id: str
+    attempt: int
+    seq: int
+    at: float
+    stream: str
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEventRow:
+    id: int
+    at: float
+    kind: str
+    actor: str | None
+    client_address: str | None
+    target: str | None
+    outcome: str
+    detail: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def to_row(cls: type[R], data: Mapping[str, Any]) -> R:
+    """Build a row from one peewee `.dicts()` result (foreign keys keyed by field name)."""
+    values = {}
+    for name in _field_names(cls):
+        if name in data:
+            values[name] = data[name]
+        else:  # `job_id` comes back as `job`
+            values[name] = data[name.removesuffix("_id")]
+    return cls(**values)
+
+
+def rows_of(cls: type[R], query: Any) -> list[R]:
+    """Run a model select and copy every result into `cls`."""
+    return [to_row(cls, data) for data in query.dicts()]
+
+
+def first_of(cls: type[R], query: Any) -> R | None:
+    """The first result of a model select as `cls`, or None."""
+    rows = rows_of(cls, query.limit(1))
+    return rows[0] if rows else None
+
+
+def just_inserted(cls: type[R], query: Any) -> R:
+    """The row a write just inserted; its absence would be a bug, not a user error."""
+    row = first_of(cls, query)
+    if row is None:
+        raise LookupError(f"{cls.__name__} missing right after insert")
+    return row

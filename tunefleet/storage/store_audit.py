@@ -1,0 +1,131 @@
+"""The audit table as a hash chain. Synchronous: these run on the DB thread.
+
+Each event's hash = sha256(prev_hash + canonical JSON of its fields), prev_hash being the
+hash of the event before it (GENESIS_HASH for the first). Appends run on the one DB
+thread inside write transactions, so the chain is built serially. Editing, deleting or
+reordering a stored event breaks the chain at that event; `verify` finds the first break.
+Truncating the newest events is not detectable from the table alone, which is why the
+audit log is also written as JSON lines on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tunefleet.storage.models import AuditEvent, canonical_json
+from tunefleet.storage.rows import AuditEventRow, just_inserted, rows_of
+from tunefleet.storage.store_base import Now, page
+
+GENESIS_HASH = "0" * 64
+
+
+def event_hash(prev_hash: str, fields: dict[str, Any]) -> str:
+    return hashlib.sha256((prev_hash + canonical_json(fields)).encode()).hexdigest()
+
+
+def _hashed_fields(
+    at: float,
+    kind: str,
+    actor: str | None,
+    client_address: str | None,
+    target: str | None,
+    outcome: str,
+    detail: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "at": at,
+        "kind": kind,
+        "actor": actor,
+        "client_address": client_address,
+        "target": target,
+        "outcome": outcome,
+        "detail": detail,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ChainCheck:
+    """One verified stretch of the chain; verification continues from last_id/last_hash."""
+
+    first_bad_id: int | None
+    last_id: int
+    last_hash: str
+    checked: int
+
+
+class AuditRepo:
+    def __init__(self, now: Now) -> None:
+        self._now = now
+
+    def append(
+        self,
+        kind: str,
+        *,
+        actor: str | None = None,
+        client_address: str | None = None,
+        target: str | None = None,
+        outcome: str = "ok",
+        detail: dict[str, Any] | None = None,
+        at: float | None = None,
+    ) -> AuditEventRow:
+        # Normalise first, so the hash covers exactly what a later read gives back:
+        # a float `at` (an int would come back as float) and JSON-shaped detail.
+        when = float(self._now() if at is None else at)
+        stored_detail = json.loads(canonical_json(detail or {}))
+        last = AuditEvent.select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)
+        prev_hash = last.scalar() or GENESIS_HASH
+        fields = _hashed_fields(when, kind, actor, client_address, target, outcome, stored_detail)
+        event_id = AuditEvent.insert(
+            **fields, prev_hash=prev_hash, hash=event_hash(prev_hash, fields)
+        ).execute()
+        return just_inserted(AuditEventRow, AuditEvent.select().where(AuditEvent.id == event_id))
+
+    def find(
+        self,
+        *,
+        kind: str | None = None,
+        actor: str | None = None,
+        target: str | None = None,
+        outcome: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        newest_first: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[AuditEventRow]:
+        """Events matching every filter; `since` inclusive, `until` exclusive."""
+        limit, offset = page(limit, offset)
+        query = AuditEvent.select()
+        if kind is not None:
+            query = query.where(AuditEvent.kind == kind)
+        if actor is not None:
+            query = query.where(AuditEvent.actor == actor)
+        if target is not None:
+            query = query.where(AuditEvent.target == target)
+        if outcome is not None:
+            query = query.where(AuditEvent.outcome == outcome)
+        if since is not None:
+            query = query.where(AuditEvent.at >= since)
+        if until is not None:
+            query = query.where(AuditEvent.at < until)
+        ordering = AuditEvent.id.desc() if newest_first else AuditEvent.id.asc()
+        query = query.order_by(ordering).limit(limit).offset(offset)
+        return rows_of(AuditEventRow, query)
+
+    def check_chain(self, after_id: int, prev_hash: str, limit: int) -> ChainCheck:
+        """Verify up to `limit` events after `after_id`, `prev_hash` being the hash before."""
+        query = (
+            AuditEvent.select().where(AuditEvent.id > after_id).order_by(AuditEvent.id).limit(limit)
+        )
+        last_id, last_hash, checked = after_id, prev_hash, 0
+        for row in rows_of(AuditEventRow, query):
+            fields = _hashed_fields(
+                row.at, row.kind, row.actor, row.client_address, row.target, row.outcome, row.detail
+            )
+            if row.prev_hash != last_hash or row.hash != event_hash(last_hash, fields):
+                return ChainCheck(row.id, last_id, last_hash, checked)
+            last_id, last_hash, checked = row.id, row.hash, checked + 1
+        return ChainCheck(None, last_id, last_hash, checked)

@@ -1,0 +1,47 @@
+"""Helpers the domain repositories share. Everything here runs on the DB thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import peewee as pw
+
+Now = Callable[[], float]
+
+MAX_PAGE = 1000
+
+
+def state_set(expected: str | Collection[str]) -> list[str]:
+    """A CAS expectation: one state or any of several."""
+    if isinstance(expected, str):
+        return [expected]
+    states = list(expected)
+    if not states:
+        raise ValueError("expected at least one state to compare against")
+    return states
+
+
+def checked_fields(
+    model: type[pw.Model], fields: Mapping[str, Any], *, forbidden: Collection[str] = ()
+) -> dict[str, Any]:
+    """`fields` after making sure each names a settable column of `model`.
+
+    Unknown names are a programming error (a typo would silently store nothing), and
+    the forbidden ones (ids, `state`) have their own operation (create, CAS).
+    """
+    known = model._meta.fields
+    unknown = sorted(name for name in fields if name not in known)
+    if unknown:
+        raise TypeError(f"{model.__name__} has no field(s) {', '.join(unknown)}")
+    blocked = sorted(name for name in fields if name in forbidden)
+    if blocked:
+        raise TypeError(f"{model.__name__} field(s) {', '.join(blocked)} cannot be set here")
+    return dict(fields)
+
+
+def page(limit: int, offset: int) -> tuple[int, int]:
+    """Clamp paging arguments so one request cannot read a whole table."""
+    if limit < 0 or offset < 0:
+        raise ValueError("limit and offset must not be negative")
+    return min(limit, MAX_PAGE), offset

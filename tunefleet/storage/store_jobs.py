@@ -1,0 +1,281 @@
+"""Jobs, their attempts, timeline and logs. Synchronous: these run on the DB thread."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any, Literal, Protocol
+
+import peewee as pw
+
+from tunefleet.storage.errors import AlreadyExists
+from tunefleet.storage.models import (
+    TERMINAL_JOB_STATES,
+    Job,
+    JobAttempt,
+    JobEvent,
+    JobLog,
+    database_proxy,
+)
+from tunefleet.storage.rows import (
+    JobAttemptRow,
+    JobEventRow,
+    JobLogRow,
+    JobRow,
+    first_of,
+    just_inserted,
+    rows_of,
+)
+from tunefleet.storage.store_base import MAX_PAGE, Now, checked_fields, page, state_set
+
+JobOrder = Literal["newest", "seq"]
+_JOB_FIXED = ("id", "seq", "state", "updated_at")
+_SEQ_RETRIES = 5
+_LOG_CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
+
+
+class LogLineLike(Protocol):
+    """What append_logs needs of a log line (agent.executor.LogLine fits)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def stream(self) -> str: ...
+    @property
+    def line(self) -> str: ...
+    @property
+    def at(self) -> float: ...
+
+
+class JobRepo:
+    def __init__(self, now: Now) -> None:
+        self._now = now
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    def create(self, job_id: str, *, config: dict[str, Any], **fields: Any) -> JobRow:
+        """Insert a job with the next submission `seq` (state defaults to "pending").
+
+        seq is max+1 inside the write transaction. Writes in this process are serial on
+        the DB thread; another process racing for the same seq hits the unique index and
+        this retries with the next number.
+        """
+        state = fields.pop("state", "pending")
+        values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
+        now = self._now()
+        values.setdefault("submitted_at", now)
+        for attempt in range(_SEQ_RETRIES):
+            if Job.select().where(Job.id == job_id).exists():
+                raise AlreadyExists(f"job {job_id} already exists")
+            seq = (Job.select(pw.fn.MAX(Job.seq)).scalar() or 0) + 1
+            try:
+                with database_proxy.atomic():
+                    Job.insert(
+                        id=job_id, seq=seq, state=state, config=config, updated_at=now, **values
+                    ).execute()
+            except pw.IntegrityError:
+                if attempt == _SEQ_RETRIES - 1:
+                    raise
+                continue
+            break
+        return just_inserted(JobRow, Job.select().where(Job.id == job_id))
+
+    def get(self, job_id: str) -> JobRow | None:
+        return first_of(JobRow, Job.select().where(Job.id == job_id))
+
+    def find(
+        self,
+        *,
+        state: str | Collection[str] | None = None,
+        worker_id: str | None = None,
+        target: str | None = None,
+        submitted_by: str | None = None,
+        order: JobOrder = "newest",
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[JobRow]:
+        """Jobs matching every filter given; "newest" = highest seq first, "seq" = oldest."""
+        limit, offset = page(limit, offset)
+        query = self._filtered(state, worker_id, target, submitted_by)
+        ordering = Job.seq.desc() if order == "newest" else Job.seq.asc()
+        query = query.order_by(ordering).limit(limit).offset(offset)
+        return rows_of(JobRow, query)
+
+    def count(
+        self,
+        *,
+        state: str | Collection[str] | None = None,
+        worker_id: str | None = None,
+        target: str | None = None,
+        submitted_by: str | None = None,
+    ) -> int:
+        return int(self._filtered(state, worker_id, target, submitted_by).count())
+
+    def counts_by_state(self) -> dict[str, int]:
+        query: Any = Job.select(Job.state, pw.fn.COUNT(Job.id)).group_by(Job.state)
+        return {state: int(n) for state, n in query.tuples()}
+
+    def nonterminal(self) -> list[JobRow]:
+        """Every job not yet completed, failed or cancelled, in submission order."""
+        query = Job.select().where(Job.state.not_in(sorted(TERMINAL_JOB_STATES)))
+        return rows_of(JobRow, query.order_by(Job.seq))
+
+    def update(self, job_id: str, **fields: Any) -> bool:
+        """Set fields other than state (use cas_state); False when the job is unknown."""
+        values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
+        values["updated_at"] = self._now()
+        return bool(Job.update(**values).where(Job.id == job_id).execute())
+
+    def cas_state(
+        self, job_id: str, expected: str | Collection[str], new: str, **changes: Any
+    ) -> bool:
+        """Move to `new` (setting `changes`) only if the state is still `expected`."""
+        values = checked_fields(Job, changes, forbidden=_JOB_FIXED)
+        values.update(state=new, updated_at=self._now())
+        query = Job.update(**values).where(Job.id == job_id, Job.state.in_(state_set(expected)))
+        return bool(query.execute())
+
+    def _filtered(
+        self,
+        state: str | Collection[str] | None,
+        worker_id: str | None,
+        target: str | None,
+        submitted_by: str | None,
+    ) -> pw.ModelSelect[Job]:
+        query = Job.select()
+        if state is not None:
+            query = query.where(Job.state.in_(state_set(state)))
+        if worker_id is not None:
+            query = query.where(Job.worker_id == worker_id)
+        if target is not None:
+            query = query.where(Job.target == target)
+        if submitted_by is not None:
+            query = query.where(Job.submitted_by == submitted_by)
+        return query
+
+    # --- attempts -----------------------------------------------------------------------
+
+    def start_attempt(
+        self, job_id: str, number: int, *, worker_id: str | None, dispatched_at: float | None = None
+    ) -> JobAttemptRow:
+        """Record attempt `number` (1-based) dispatched to `worker_id`.
+
+        An unknown job is a foreign-key IntegrityError (a caller bug, not a user error).
+        """
+        existing = JobAttempt.select().where(JobAttempt.job == job_id, JobAttempt.number == number)
+        if existing.exists():
+            raise AlreadyExists(f"job {job_id} attempt {number} already exists")
+        attempt_id = JobAttempt.insert(
+            job=job_id,
+            number=number,
+            worker_id=worker_id,
+            dispatched_at=self._now() if dispatched_at is None else dispatched_at,
+        ).execute()
+        return just_inserted(JobAttemptRow, JobAttempt.select().where(JobAttempt.id == attempt_id))
+
+    def ack_attempt(self, job_id: str, number: int, *, started_at: float | None = None) -> bool:
+        """The worker's first report: the attempt is running. Once only."""
+        query = JobAttempt.update(
+            started_at=self._now() if started_at is None else started_at
+        ).where(
+            JobAttempt.job == job_id,
+            JobAttempt.number == number,
+            JobAttempt.started_at.is_null(),
+            JobAttempt.ended_at.is_null(),
+        )
+        return bool(query.execute())
+
+    def end_attempt(
+        self,
+        job_id: str,
+        number: int,
+        *,
+        outcome: str,
+        reason: str | None = None,
+        ended_at: float | None = None,
+    ) -> bool:
+        """Close an attempt with its outcome; False if it is unknown or already ended."""
+        query = JobAttempt.update(
+            outcome=outcome,
+            reason=reason,
+            ended_at=self._now() if ended_at is None else ended_at,
+        ).where(
+            JobAttempt.job == job_id, JobAttempt.number == number, JobAttempt.ended_at.is_null()
+        )
+        return bool(query.execute())
+
+    def attempts(self, job_id: str) -> list[JobAttemptRow]:
+        query = JobAttempt.select().where(JobAttempt.job == job_id).order_by(JobAttempt.number)
+        return rows_of(JobAttemptRow, query)
+
+    # --- timeline -----------------------------------------------------------------------
+
+    def append_event(
+        self,
+        job_id: str,
+        kind: str,
+        *,
+        worker_id: str | None = None,
+        attempt: int | None = None,
+        detail: dict[str, Any] | None = None,
+        at: float | None = None,
+    ) -> JobEventRow:
+        event_id = JobEvent.insert(
+            job=job_id,
+            kind=kind,
+            worker_id=worker_id,
+            attempt=attempt,
+            detail=detail or {},
+            at=self._now() if at is None else at,
+        ).execute()
+        return just_inserted(JobEventRow, JobEvent.select().where(JobEvent.id == event_id))
+
+    def events(self, job_id: str, *, after_id: int = 0, limit: int = MAX_PAGE) -> list[JobEventRow]:
+        """The timeline in the order it happened."""
+        limit, _ = page(limit, 0)
+        query = (
+            JobEvent.select()
+            .where(JobEvent.job == job_id, JobEvent.id > after_id)
+            .order_by(JobEvent.id)
+            .limit(limit)
+        )
+        return rows_of(JobEventRow, query)
+
+    # --- logs ---------------------------------------------------------------------------
+
+    def append_logs(self, job_id: str, attempt: int, lines: Iterable[LogLineLike]) -> int:
+        """Store log lines; a line already stored (same job, attempt, seq) is skipped.
+
+        Returns how many were new, so a retried batch is harmless.
+        """
+        rows = [
+            {
+                "job": job_id,
+                "attempt": attempt,
+                "seq": line.seq,
+                "stream": line.stream,
+                "line": line.line,
+                "at": line.at,
+            }
+            for line in lines
+        ]
+        inserted = 0
+        for start in range(0, len(rows), _LOG_CHUNK):
+            query = JobLog.insert_many(rows[start : start + _LOG_CHUNK]).on_conflict_ignore()
+            inserted += int(query.as_rowcount().execute())
+        return inserted
+
+    def read_logs(
+        self,
+        job_id: str,
+        *,
+        after_id: int = 0,
+        limit: int = MAX_PAGE,
+        attempt: int | None = None,
+    ) -> list[JobLogRow]:
+        """Lines stored after cursor `after_id` (a JobLogRow.id), oldest first."""
+        limit, _ = page(limit, 0)
+        query = JobLog.select().where(JobLog.job == job_id, JobLog.id > after_id)
+        if attempt is not None:
+            query = query.where(JobLog.attempt == attempt)
+        query = query.order_by(JobLog.id).limit(limit)
+        return rows_of(JobLogRow, query)

@@ -1,0 +1,184 @@
+"""Workers, their tokens, and API tokens. Synchronous: these run on the DB thread.
+
+Tokens are stored only as hashes; the store never sees a clear token (callers hash).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import peewee as pw
+
+from tunefleet.storage.errors import AlreadyExists
+from tunefleet.storage.models import ApiToken, Worker, WorkerToken, database_proxy
+from tunefleet.storage.rows import (
+    ApiTokenRow,
+    WorkerRow,
+    WorkerTokenRow,
+    first_of,
+    just_inserted,
+    rows_of,
+)
+from tunefleet.storage.store_base import Now, checked_fields, state_set
+
+_WORKER_FIXED = ("id", "state", "created_at", "updated_at")
+
+
+class WorkerRepo:
+    def __init__(self, now: Now) -> None:
+        self._now = now
+
+    def create(
+        self,
+        worker_id: str,
+        *,
+        name: str,
+        worker_type: str,
+        state: str = "connecting",
+        token_hash: str | None = None,
+        **fields: Any,
+    ) -> WorkerRow:
+        """Insert a worker (and its first token when `token_hash` is given)."""
+        values = checked_fields(Worker, fields, forbidden=_WORKER_FIXED)
+        if Worker.select().where(Worker.id == worker_id).exists():
+            raise AlreadyExists(f"worker {worker_id} already exists")
+        now = self._now()
+        Worker.insert(
+            id=worker_id,
+            name=name,
+            worker_type=worker_type,
+            state=state,
+            created_at=now,
+            updated_at=now,
+            **values,
+        ).execute()
+        if token_hash is not None:
+            self.set_token(worker_id, token_hash)
+        return just_inserted(WorkerRow, Worker.select().where(Worker.id == worker_id))
+
+    def get(self, worker_id: str) -> WorkerRow | None:
+        return first_of(WorkerRow, Worker.select().where(Worker.id == worker_id))
+
+    def find(
+        self,
+        status: str | Collection[str] | None = None,
+        *,
+        worker_type: str | None = None,
+        is_local: bool | None = None,
+    ) -> list[WorkerRow]:
+        """Workers in creation order, optionally only those in `status` (one or several)."""
+        query = Worker.select()
+        if status is not None:
+            query = query.where(Worker.state.in_(state_set(status)))
+        if worker_type is not None:
+            query = query.where(Worker.worker_type == worker_type)
+        if is_local is not None:
+            query = query.where(Worker.is_local == is_local)
+        query = query.order_by(Worker.created_at, Worker.id)
+        return rows_of(WorkerRow, query)
+
+    def update(self, worker_id: str, **fields: Any) -> bool:
+        """Set fields other than state (use cas_state); False when the worker is unknown."""
+        values = checked_fields(Worker, fields, forbidden=_WORKER_FIXED)
+        values["updated_at"] = self._now()
+        return bool(Worker.update(**values).where(Worker.id == worker_id).execute())
+
+    def cas_state(
+        self, worker_id: str, expected: str | Collection[str], new: str, **changes: Any
+    ) -> bool:
+        """Move to `new` only if the state is still `expected`; True when it happened."""
+        values = checked_fields(Worker, changes, forbidden=_WORKER_FIXED)
+        values.update(state=new, updated_at=self._now())
+        query = Worker.update(**values).where(
+            Worker.id == worker_id, Worker.state.in_(state_set(expected))
+        )
+        return bool(query.execute())
+
+    def delete(self, worker_id: str) -> bool:
+        """Delete a worker and (by cascade) its tokens; jobs keep their history."""
+        return bool(Worker.delete().where(Worker.id == worker_id).execute())
+
+    def set_token(self, worker_id: str, token_hash: str) -> bool:
+        """Make `token_hash` the worker's only valid token, revoking the previous ones.
+
+        False when the worker does not exist. AlreadyExists if the hash is in use.
+        """
+        if not Worker.select().where(Worker.id == worker_id).exists():
+            return False
+        now = self._now()
+        WorkerToken.update(revoked_at=now).where(
+            WorkerToken.worker == worker_id, WorkerToken.revoked_at.is_null()
+        ).execute()
+        try:
+            with database_proxy.atomic():
+                WorkerToken.insert(
+                    worker=worker_id, token_hash=token_hash, created_at=now
+                ).execute()
+        except pw.IntegrityError:
+            raise AlreadyExists("this worker token hash is already in use") from None
+        return True
+
+    def by_token_hash(self, token_hash: str) -> WorkerRow | None:
+        """The worker a non-revoked token belongs to."""
+        query = (
+            Worker.select()
+            .join(WorkerToken)
+            .where(WorkerToken.token_hash == token_hash, WorkerToken.revoked_at.is_null())
+        )
+        return first_of(WorkerRow, query)
+
+    def tokens(
+        self, worker_id: str | None = None, *, include_revoked: bool = False
+    ) -> list[WorkerTokenRow]:
+        query = WorkerToken.select()
+        if worker_id is not None:
+            query = query.where(WorkerToken.worker == worker_id)
+        if not include_revoked:
+            query = query.where(WorkerToken.revoked_at.is_null())
+        return rows_of(WorkerTokenRow, query.order_by(WorkerToken.id))
+
+
+class ApiTokenRepo:
+    def __init__(self, now: Now) -> None:
+        self._now = now
+
+    def create(self, *, name: str, token_hash: str, permissions: Sequence[str]) -> ApiTokenRow:
+        try:
+            with database_proxy.atomic():
+                token_id = ApiToken.insert(
+                    name=name,
+                    token_hash=token_hash,
+                    permissions=list(permissions),
+                    created_at=self._now(),
+                ).execute()
+        except pw.IntegrityError:
+            raise AlreadyExists("this API token hash is already in use") from None
+        return just_inserted(ApiTokenRow, ApiToken.select().where(ApiToken.id == token_id))
+
+    def by_hash(self, token_hash: str) -> ApiTokenRow | None:
+        """The non-revoked token with this hash."""
+        query = ApiToken.select().where(
+            ApiToken.token_hash == token_hash, ApiToken.revoked_at.is_null()
+        )
+        return first_of(ApiTokenRow, query)
+
+    def find(self, *, include_revoked: bool = False) -> list[ApiTokenRow]:
+        query = ApiToken.select()
+        if not include_revoked:
+            query = query.where(ApiToken.revoked_at.is_null())
+        return rows_of(ApiTokenRow, query.order_by(ApiToken.id))
+
+    def revoke(self, token_id: int) -> bool:
+        """False when the token is unknown or already revoked."""
+        query = ApiToken.update(revoked_at=self._now()).where(
+            ApiToken.id == token_id, ApiToken.revoked_at.is_null()
+        )
+        return bool(query.execute())
+
+    def touch(self, token_id: int) -> bool:
+        """Record a use of an active token."""
+        query = ApiToken.update(last_used_at=self._now()).where(
+            ApiToken.id == token_id, ApiToken.revoked_at.is_null()
+        )
+        return bool(query.execute())
