@@ -1,0 +1,284 @@
+"""AuditLog: both copies of every event, secrets kept out, the file written off the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from tunefleet.audit import AuditKind, AuditLog
+
+TOKEN = "wt_Q1w2E3r4T5y6U7i8O9p0AaSsDdFfGgHhJjKkLlZz-_x"
+NOW = 1_700_000_000.25
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    id: int
+    hash: str
+    fields: dict[str, Any]
+
+
+@dataclass
+class FakeStore:
+    """Stands in for Store.append_audit: same keyword signature, returns a row."""
+
+    events: list[StoredEvent] = field(default_factory=list)
+    fail_with: Exception | None = None
+
+    async def append_audit(self, kind: str, **fields: Any) -> StoredEvent:
+        await asyncio.sleep(0)  # a real store awaits its DB thread
+        if self.fail_with is not None:
+            raise self.fail_with
+        event = StoredEvent(
+            len(self.events) + 1, f"h{len(self.events) + 1}", {"kind": kind, **fields}
+        )
+        self.events.append(event)
+        return event
+
+
+class StillClock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store() -> FakeStore:
+    return FakeStore()
+
+
+@pytest.fixture
+async def audit(store: FakeStore, tmp_path: Path) -> AsyncIterator[AuditLog]:
+    log = AuditLog(store.append_audit, tmp_path / "data" / "audit.jsonl", StillClock())
+    try:
+        yield log
+    finally:
+        await log.close()
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_kinds_are_exactly_the_documented_set() -> None:
+    assert {k.value for k in AuditKind} == {
+        "worker.register",
+        "worker.register_failed",
+        "worker.created",
+        "worker.deleted",
+        "worker.drained",
+        "worker.resumed",
+        "worker.token_rotated",
+        "worker.disconnected",
+        "worker.offline",
+        "job.submitted",
+        "job.dispatched",
+        "job.status",
+        "job.requeued",
+        "job.cancelled",
+        "job.failed",
+        "job.completed",
+        "auth.failed",
+        "api_token.created",
+        "api_token.revoked",
+    }
+
+
+async def test_an_event_is_stored_and_written_as_a_json_line(
+    audit: AuditLog, store: FakeStore
+) -> None:
+    stored = await audit.record(
+        AuditKind.JOB_DISPATCHED,
+        actor="scheduler",
+        target="j_1",
+        client_address="10.0.0.7",
+        worker_id="w_1",
+        attempt=1,
+    )
+    assert stored is store.events[0]
+    assert store.events[0].fields == {
+        "kind": "job.dispatched",
+        "at": NOW,
+        "actor": "scheduler",
+        "client_address": "10.0.0.7",
+        "target": "j_1",
+        "outcome": "success",
+        "detail": {"worker_id": "w_1", "attempt": 1},
+    }
+    (line,) = lines(audit.path)
+    assert line == {
+        "timestamp": "2023-11-14T22:13:20.250000Z",
+        "at": NOW,
+        "kind": "job.dispatched",
+        "actor": "scheduler",
+        "client_address": "10.0.0.7",
+        "target": "j_1",
+        "outcome": "success",
+        "detail": {"worker_id": "w_1", "attempt": 1},
+        "id": 1,
+        "hash": "h1",
+    }
+
+
+async def test_lines_are_appended_in_order_to_an_existing_file(
+    store: FakeStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_text('{"kept": true}\n', encoding="utf-8")
+    audit = AuditLog(store.append_audit, path, StillClock())
+    await asyncio.gather(
+        *(audit.record("job.status", actor=f"w_{i}", target=f"j_{i}") for i in range(40))
+    )
+    await audit.close()
+    written = lines(path)
+    assert written[0] == {"kept": True}
+    assert [line["id"] for line in written[1:]] == list(range(1, 41))
+    # The line and its stored twin describe the same event.
+    by_id = {e.id: e for e in store.events}
+    assert all(line["actor"] == by_id[line["id"]].fields["actor"] for line in written[1:])
+
+
+async def test_each_line_is_on_disk_before_record_returns(audit: AuditLog) -> None:
+    await audit.record("worker.created", actor="admin", target="w_1")
+    assert len(lines(audit.path)) == 1
+    await audit.record("worker.deleted", actor="admin", target="w_1")
+    assert [line["kind"] for line in lines(audit.path)] == ["worker.created", "worker.deleted"]
+
+
+async def test_the_file_is_written_off_the_event_loop(
+    audit: AuditLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[str] = []
+    real_write = AuditLog._write
+
+    def spy(self: AuditLog, line: str) -> None:
+        threads.append(threading.current_thread().name)
+        real_write(self, line)
+
+    monkeypatch.setattr(AuditLog, "_write", spy)
+    await audit.record("auth.failed", actor=None, outcome="failure", reason="bad token")
+    assert len(threads) == 1
+    assert threads[0] != threading.current_thread().name
+    assert threads[0].startswith("tunefleet-audit")
+
+
+async def test_unknown_kind_is_refused_and_nothing_is_written(
+    audit: AuditLog, store: FakeStore
+) -> None:
+    with pytest.raises(ValueError, match=r"unknown audit event kind 'job\.exploded'"):
+        await audit.record("job.exploded", actor="x")
+    assert store.events == []
+    assert not audit.path.exists()
+
+
+@pytest.mark.parametrize("key", ["token", "worker_token", "password", "client_secret"])
+async def test_secret_named_detail_is_refused(audit: AuditLog, store: FakeStore, key: str) -> None:
+    with pytest.raises(ValueError, match="secret-named detail"):
+        await audit.record("worker.token_rotated", actor="admin", target="w_1", **{key: TOKEN})
+    assert store.events == []
+    assert not audit.path.exists()
+
+
+async def test_token_hash_and_ids_are_fine(audit: AuditLog, store: FakeStore) -> None:
+    await audit.record("api_token.created", actor="admin", token_hash="ab" * 32, token_id="t_1")
+    assert store.events[0].fields["detail"] == {"token_hash": "ab" * 32, "token_id": "t_1"}
+
+
+async def test_tokens_in_values_are_masked_in_both_copies(
+    audit: AuditLog, store: FakeStore
+) -> None:
+    with capture_logs() as logs:
+        await audit.record(
+            "auth.failed",
+            actor=f"bearer {TOKEN}",
+            target=TOKEN,
+            outcome="failure",
+            reason=f"X-Worker-Token {TOKEN} is not known",
+            labels={"note": [TOKEN], "password": "hunter2"},
+        )
+    text = audit.path.read_text(encoding="utf-8")
+    stored = json.dumps(store.events[0].fields, ensure_ascii=False)
+    for copy in (text, stored):
+        assert TOKEN not in copy
+        assert TOKEN[3:20] not in copy
+        assert "hunter2" not in copy
+        assert f"wt_…{TOKEN[-4:]}" in copy
+    assert store.events[0].fields["detail"]["labels"]["password"] == "[redacted]"
+    assert [e["event"] for e in logs] == ["audit detail contained a token; masked it"]
+
+
+async def test_store_failure_still_writes_the_line_then_raises(
+    audit: AuditLog, store: FakeStore
+) -> None:
+    store.fail_with = RuntimeError(f"database is locked while storing {TOKEN}")
+    with pytest.raises(RuntimeError, match="database is locked"):
+        await audit.record("job.submitted", actor="api", target="j_9")
+    (line,) = lines(audit.path)
+    assert line["kind"] == "job.submitted"
+    assert line["stored"] is False
+    assert line["store_error"].startswith("database is locked")
+    assert TOKEN not in line["store_error"]
+    assert "id" not in line
+
+
+async def test_file_failure_is_logged_and_the_stored_record_returned(
+    store: FakeStore, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "audit.jsonl"
+    blocked.mkdir()  # a directory where the file should be
+    audit = AuditLog(store.append_audit, blocked, StillClock())
+    with capture_logs() as logs:
+        stored = await audit.record("worker.offline", actor="w_1", target="w_1")
+    await audit.close()
+    assert stored is store.events[0]
+    assert [(e["event"], e["log_level"]) for e in logs] == [("audit line not written", "error")]
+
+
+async def test_close_is_idempotent_and_refuses_later_records(
+    store: FakeStore, tmp_path: Path
+) -> None:
+    audit = AuditLog(store.append_audit, tmp_path / "audit.jsonl", StillClock())
+    await audit.record("worker.drained", actor="admin", target="w_1")
+    await audit.close()
+    await audit.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await audit.record("worker.resumed", actor="admin", target="w_1")
+    assert len(lines(tmp_path / "audit.jsonl")) == 1
+
+
+async def test_close_without_any_event_creates_no_file(store: FakeStore, tmp_path: Path) -> None:
+    audit = AuditLog(store.append_audit, tmp_path / "audit.jsonl", StillClock())
+    await audit.close()
+    assert not (tmp_path / "audit.jsonl").exists()
+
+
+async def test_with_the_real_store(tmp_path: Path) -> None:
+    """The seam with storage: AuditLog takes Store.append_audit as it is."""
+    database = pytest.importorskip("tunefleet.storage.database")
+    store_module = pytest.importorskip("tunefleet.storage.store")
+    db = await database.open_database(None, tmp_path)
+    try:
+        store = store_module.Store(db)
+        audit = AuditLog(store.append_audit, tmp_path / "audit.jsonl", StillClock())
+        row = await audit.record("worker.register", actor="w_1", target="w_1", state="idle")
+        await audit.record("job.submitted", actor="api", target="j_1", reason=f"x {TOKEN}")
+        await audit.close()
+        assert row.kind == "worker.register"
+        assert row.detail == {"state": "idle"}
+        assert await store.verify_audit() == (True, None)
+        written = lines(tmp_path / "audit.jsonl")
+        rows = await store.list_audit()
+        assert {r.hash for r in rows} == {line["hash"] for line in written}
+        assert TOKEN not in json.dumps([r.detail for r in rows])
+    finally:
+        await db.close()

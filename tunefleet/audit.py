@@ -1,0 +1,203 @@
+"""The audit log: every registration, dispatch, status change, token and admin action.
+
+Each event is written twice: to the store's hash-chained, queryable table, and as a
+JSON line appended to ``<data_dir>/audit.jsonl`` (which also catches a truncated
+table). Secrets never land in either: a detail key named like a secret is refused,
+and token-looking text anywhere is masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import structlog
+
+from tunefleet.logging import contains_token, is_secret_key, redact, redact_text
+
+log = structlog.get_logger(__name__)
+
+FILE_NAME = "audit.jsonl"
+
+
+class AuditKind(StrEnum):
+    WORKER_REGISTER = "worker.register"
+    WORKER_REGISTER_FAILED = "worker.register_failed"
+    WORKER_CREATED = "worker.created"
+    WORKER_DELETED = "worker.deleted"
+    WORKER_DRAINED = "worker.drained"
+    WORKER_RESUMED = "worker.resumed"
+    WORKER_TOKEN_ROTATED = "worker.token_rotated"
+    WORKER_DISCONNECTED = "worker.disconnected"
+    WORKER_OFFLINE = "worker.offline"
+    JOB_SUBMITTED = "job.submitted"
+    JOB_DISPATCHED = "job.dispatched"
+    JOB_STATUS = "job.status"
+    JOB_REQUEUED = "job.requeued"
+    JOB_CANCELLED = "job.cancelled"
+    JOB_FAILED = "job.failed"
+    JOB_COMPLETED = "job.completed"
+    AUTH_FAILED = "auth.failed"
+    API_TOKEN_CREATED = "api_token.created"
+    API_TOKEN_REVOKED = "api_token.revoked"
+
+
+_KINDS = frozenset(kind.value for kind in AuditKind)
+
+
+class AuditAppend(Protocol):
+    """The durable half: ``Store.append_audit``. Returns the stored record."""
+
+    def __call__(
+        self,
+        kind: str,
+        *,
+        actor: str | None,
+        client_address: str | None,
+        target: str | None,
+        outcome: str,
+        detail: dict[str, Any],
+        at: float,
+    ) -> Awaitable[Any]: ...
+
+
+class WallClock(Protocol):
+    def time(self) -> float: ...
+
+
+class AuditLog:
+    """Records audit events; ``await close()`` at shutdown flushes and closes the file."""
+
+    def __init__(self, store_append: AuditAppend, path: Path, clock: WallClock) -> None:
+        self.path = path
+        self._store_append = store_append
+        self._clock = clock
+        # One thread, FIFO: lines land in the order they were recorded, and the
+        # event loop never waits on the disk.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefleet-audit")
+        self._file: IO[str] | None = None
+        self._closed = False
+        self._renderer = structlog.processors.JSONRenderer(default=str, ensure_ascii=False)
+
+    async def record(
+        self,
+        kind: str,
+        *,
+        actor: str | None,
+        outcome: str = "success",
+        target: str | None = None,
+        client_address: str | None = None,
+        **detail: Any,
+    ) -> Any:
+        """Store the event, append its line, and return the stored record.
+
+        Raises ValueError for an unknown kind or a detail key named like a secret
+        (``token``, ``password``, ``secret``…): pass hashes or ids instead.
+        If the store fails, the line is still written (marked ``stored: false``)
+        and the store's error is raised; a failing file write is logged, not raised,
+        since the stored, hash-chained record is the authoritative copy.
+        """
+        if self._closed:
+            raise RuntimeError("the audit log is closed")
+        if kind not in _KINDS:
+            raise ValueError(f"unknown audit event kind {kind!r}; add it to AuditKind")
+        secret_keys = sorted(key for key in detail if is_secret_key(key))
+        if secret_keys:
+            raise ValueError(
+                f"audit event {kind} has secret-named detail {secret_keys}; "
+                "never audit a secret, record its id or hash"
+            )
+        at = self._clock.time()
+        fields: dict[str, Any] = {
+            "actor": _scrub_text(actor),
+            "client_address": _scrub_text(client_address),
+            "target": _scrub_text(target),
+            "outcome": redact_text(outcome),
+            "detail": _scrub_detail(kind, detail),
+        }
+        try:
+            stored = await self._store_append(str(kind), at=at, **fields)
+        except Exception as error:
+            await self._append_line(
+                _line_fields(kind, at, fields, stored=None, store_error=redact_text(str(error)))
+            )
+            raise
+        await self._append_line(_line_fields(kind, at, fields, stored=stored))
+        return stored
+
+    async def close(self) -> None:
+        """Write what is queued, then close the file. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer, self._close_file)
+        await asyncio.to_thread(self._writer.shutdown, True)
+
+    # --- the file (on the writer thread) ------------------------------------------
+
+    async def _append_line(self, fields: dict[str, Any]) -> None:
+        line = self._renderer(None, "info", fields)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._writer, self._write, str(line))
+        except OSError as error:
+            log.error(
+                "audit line not written", path=str(self.path), kind=fields["kind"], error=str(error)
+            )
+
+    def _write(self, line: str) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        self._file.write(line + "\n")
+        self._file.flush()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _line_fields(
+    kind: str,
+    at: float,
+    fields: dict[str, Any],
+    *,
+    stored: Any,
+    store_error: str | None = None,
+) -> dict[str, Any]:
+    """The JSON line: the stored id and hash when there are, to check the table against."""
+    line: dict[str, Any] = {
+        "timestamp": datetime.datetime.fromtimestamp(at, datetime.UTC)
+        .isoformat()
+        .replace("+00:00", "Z"),
+        "at": at,
+        "kind": str(kind),
+        **fields,
+    }
+    if store_error is not None:
+        line["stored"] = False
+        line["store_error"] = store_error
+    else:
+        line["id"] = getattr(stored, "id", None)
+        line["hash"] = getattr(stored, "hash", None)
+    return line
+
+
+def _scrub_text(value: str | None) -> str | None:
+    return None if value is None else redact_text(str(value))
+
+
+def _scrub_detail(kind: str, detail: dict[str, Any]) -> dict[str, Any]:
+    """Mask tokens at any depth (and values under nested secret-named keys, which come
+    from user data such as labels). The event is kept; the leak is worth a warning."""
+    if contains_token(repr(detail)):
+        log.warning("audit detail contained a token; masked it", kind=str(kind))
+    return {key: redact(value) for key, value in detail.items()}
