@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from structlog.testing import capture_logs
 
 from tunefleet.http import tls
@@ -141,6 +141,8 @@ def test_client_contexts(cert: CertPaths, tmp_path: Path) -> None:
     assert trusting.verify_mode == ssl.CERT_REQUIRED
     assert trusting.check_hostname
     assert trusting.minimum_version == ssl.TLSVersion.TLSv1_2
+    our_der = load(cert).public_bytes(serialization.Encoding.DER)
+    assert our_der in trusting.get_ca_certs(binary_form=True)
     lax = client_ssl_context(None, verify=False)
     assert lax.verify_mode == ssl.CERT_NONE
     assert not lax.check_hostname

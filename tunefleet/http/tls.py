@@ -98,21 +98,20 @@ def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
 
 
 def client_ssl_context(ca_cert: Path | None, verify: bool) -> ssl.SSLContext:
-    """The context an agent or CLI uses. ``ca_cert`` (e.g. the orchestrator's
-    self-signed ``cert.pem``) is then the only trust anchor; without it the system
-    trust store is used. ``verify=False`` accepts any certificate
-    (``--ssl-no-verify``, development only)."""
-    if not verify:
+    """The context an agent or CLI uses: the system trust store, plus ``ca_cert`` when
+    given (e.g. the orchestrator's self-signed ``cert.pem``), hostnames checked.
+    ``verify=False`` accepts any certificate (``--ssl-no-verify``, development only)."""
+    if verify:
+        context = ssl.create_default_context()
+        if ca_cert is not None:
+            try:
+                context.load_verify_locations(cafile=str(ca_cert))
+            except (OSError, ssl.SSLError) as error:
+                raise TlsError(f"cannot load CA certificate {ca_cert}: {error}") from error
+    else:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    elif ca_cert is not None:
-        try:
-            context = ssl.create_default_context(cafile=str(ca_cert))
-        except (OSError, ssl.SSLError) as error:
-            raise TlsError(f"cannot load CA certificate {ca_cert}: {error}") from error
-    else:
-        context = ssl.create_default_context()
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
 
