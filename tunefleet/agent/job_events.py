@@ -1,0 +1,61 @@
+"""The executor's vocabulary: what to run, what it reports while running, how it ended."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+JobStatus: TypeAlias = Literal["completed", "failed", "cancelled"]
+LogStream: TypeAlias = Literal["stdout", "stderr"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One attempt of one job, as a `job_submit` event describes it."""
+
+    job_id: str
+    attempt: int
+    config: Mapping[str, Any]
+    dataloader: object | None = None  # data-loader configuration (list or dict) or None
+    command: Sequence[str] | str | None = None  # None: the executor's default command
+    env: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarted:
+    pid: int
+    job_dir: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReported:
+    """The latest merged progress: step, total, loss, percent and any other metrics."""
+
+    progress: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    seq: int  # 1, 2, 3 ... per attempt; a gap means lines were not forwarded
+    stream: LogStream
+    line: str
+    at: float  # unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    lines: list[LogLine]
+
+
+ExecutorEvent: TypeAlias = JobStarted | ProgressReported | LogBatch
+EventCallback: TypeAlias = Callable[[ExecutorEvent], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    status: JobStatus
+    exit_code: int | None  # negative: killed by that signal; None: never started
+    error: str | None
+    tail: list[str]  # the last output lines, both streams, oldest first

@@ -1,0 +1,135 @@
+"""What a job finds on disk and in its environment (docs/job-contract.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunefleet.errors import TunefleetError
+
+CONFIG_FILE = "config.json"
+DATALOADER_FILE = "multidatabackend.json"
+PROGRESS_FILE = "progress.jsonl"
+LOG_FILE = "output.log"
+
+# Job ids become directory names: nothing that could climb out of the work dir.
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_PYTHONS = frozenset({"python", "python3"})
+
+
+class JobSetupError(TunefleetError):
+    """The job could not be prepared (bad id, unwritable work dir, empty command)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobFiles:
+    job_dir: Path
+    config_path: Path
+    dataloader_path: Path | None
+    progress_path: Path
+    log_path: Path
+
+
+def attempt_dir(work_dir: Path, job_id: str, attempt: int) -> Path:
+    if not _SAFE_ID.match(job_id):
+        raise JobSetupError(f"job id {job_id!r} is not a safe directory name")
+    if attempt < 1:
+        raise JobSetupError(f"attempt must be 1 or more, got {attempt}")
+    return work_dir / "jobs" / job_id / f"attempt-{attempt}"
+
+
+def _config_with_dataloader(config: Mapping[str, Any], dataloader_path: Path) -> dict[str, Any]:
+    result = dict(config)
+    if "data_backend_config" in result or "--data_backend_config" in result:
+        return result
+    # SimpleTuner configs spell keys either `name` or `--name`; follow the config's style.
+    dashed = any(isinstance(key, str) and key.startswith("--") for key in result)
+    result["--data_backend_config" if dashed else "data_backend_config"] = str(dataloader_path)
+    return result
+
+
+def prepare_job_dir(
+    work_dir: Path,
+    job_id: str,
+    attempt: int,
+    config: Mapping[str, Any],
+    dataloader: object | None,
+) -> JobFiles:
+    """Create `<work_dir>/jobs/<job_id>/attempt-<n>/` with the files the trainer reads.
+
+    A re-run of the same attempt starts with an empty progress file (stale progress
+    would be reported as new) and appends to the same output.log.
+    """
+    job_dir = attempt_dir(work_dir, job_id, attempt)
+    try:
+        job_dir.mkdir(parents=True, exist_ok=True)
+        dataloader_path: Path | None = None
+        if dataloader is not None:
+            dataloader_path = job_dir / DATALOADER_FILE
+            dataloader_path.write_text(json.dumps(dataloader, indent=2, default=str) + "\n")
+            config = _config_with_dataloader(config, dataloader_path)
+        config_path = job_dir / CONFIG_FILE
+        config_path.write_text(json.dumps(dict(config), indent=2, default=str) + "\n")
+        progress_path = job_dir / PROGRESS_FILE
+        progress_path.write_text("")
+    except (OSError, TypeError, ValueError) as error:
+        raise JobSetupError(f"cannot prepare job directory {job_dir}: {error}") from error
+    return JobFiles(job_dir, config_path, dataloader_path, progress_path, job_dir / LOG_FILE)
+
+
+def resolve_command(command: Sequence[str] | str | None, default: Sequence[str]) -> list[str]:
+    """The job's own command when it names one, else the executor's default.
+
+    A leading `python`/`python3` becomes this interpreter, so the job runs in the
+    agent's environment (where tunefleet and the trainer are installed).
+    """
+    if isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError as error:
+            raise JobSetupError(f"cannot parse command {command!r}: {error}") from error
+    else:
+        argv = [str(part) for part in command or ()]
+    if not argv:
+        argv = [str(part) for part in default]
+    if not argv:
+        raise JobSetupError("no command to run: the job names none and no default is set")
+    if argv[0] in _PYTHONS:
+        argv[0] = sys.executable
+    return argv
+
+
+def job_environment(
+    files: JobFiles,
+    job_id: str,
+    attempt: int,
+    extra: Mapping[str, object],
+    cuda_visible_devices: str | None,
+) -> dict[str, str]:
+    """The agent's environment, then the job's `env`, then tunefleet's own variables.
+
+    tunefleet's variables come last because the trainer relies on them being true.
+    """
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # progress and logs arrive as they happen
+    env.update({str(key): str(value) for key, value in extra.items()})
+    env.update(
+        {
+            "CONFIG_PATH": str(files.config_path),
+            "SIMPLETUNER_CONFIG_BACKEND": "json",
+            "TUNEFLEET_JOB_ID": job_id,
+            "TUNEFLEET_ATTEMPT": str(attempt),
+            "TUNEFLEET_PROGRESS_FILE": str(files.progress_path),
+            "TUNEFLEET_JOB_DIR": str(files.job_dir),
+        }
+    )
+    if cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    return env
