@@ -5,7 +5,8 @@ queue a synchronous callable and await its result, which the thread hands back w
 `loop.call_soon_threadsafe`. Writes queued together (heartbeats from many workers) run
 in ONE transaction, each in its own savepoint, so one fsync serves them all and a failing
 write undoes only itself. A write's caller hears back only after the commit, so an
-acknowledged write is durable. Reads run between write groups.
+acknowledged write is durable. Reads run between write groups, after the writes queued
+before them.
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ class Database:
         return DatabaseStats(self._reads, self._writes, self._failed_writes, self._groups)
 
     @property
+    def queue_depth(self) -> int:
+        """Reads and writes submitted and not yet picked up by the DB thread."""
+        return self._queue.qsize()
+
+    @property
     def thread_id(self) -> int | None:
         return self._thread.ident
 
@@ -155,12 +161,15 @@ class Database:
                         break
                 calls = [item for item in batch if isinstance(item, _Call)]
                 stopping = len(calls) != len(batch)
-                for call in calls:
-                    if not call.is_write:
-                        self._run_read(call)
+                # Writes first, so a read never sees a state older than a write queued
+                # before it; the reads of a batch then run between this batch's write
+                # groups and the next batch's.
                 writes = [call for call in calls if call.is_write]
                 for start in range(0, len(writes), self._max_group):
                     self._run_write_group(writes[start : start + self._max_group])
+                for call in calls:
+                    if not call.is_write:
+                        self._run_read(call)
         finally:
             self._shut_down()
 

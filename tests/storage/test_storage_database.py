@@ -1,0 +1,228 @@
+"""The DB thread: work runs off the event loop, writes are grouped, close drains."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import peewee as pw
+import pytest
+from storage_testkit import DbTarget
+
+from tunefleet.storage.database import Database, open_database
+from tunefleet.storage.errors import DatabaseClosed
+from tunefleet.storage.models import AuditEvent, Worker, database_proxy
+
+
+def _insert_worker(worker_id: str) -> Callable[[], str]:
+    def insert() -> str:
+        Worker.insert(
+            id=worker_id,
+            name=worker_id,
+            worker_type="persistent",
+            state="idle",
+            created_at=1.0,
+            updated_at=1.0,
+        ).execute()
+        return worker_id
+
+    return insert
+
+
+def _worker_ids() -> list[str]:
+    return sorted(w.id for w in Worker.select(Worker.id))
+
+
+class Gate:
+    """Holds the DB thread inside a read until released, so writes pile up behind it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def hold(self) -> None:
+        self.entered.set()
+        if not self.release.wait(timeout=10):
+            raise TimeoutError("gate never released")
+
+
+async def _hold_thread(db: Database) -> tuple[Gate, asyncio.Task[None]]:
+    gate = Gate()
+    held = asyncio.create_task(db.read(gate.hold))
+    await asyncio.to_thread(gate.entered.wait, 10)
+    return gate, held
+
+
+async def _queued(db: Database, count: int) -> None:
+    """Let the submitting tasks run until `count` calls wait in the DB queue."""
+    for _ in range(1000):
+        if db.queue_depth >= count:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"only {db.queue_depth} of {count} calls got queued")
+
+
+async def test_reads_and_writes_run_on_the_db_thread_not_the_loop(db: Database) -> None:
+    loop_thread = threading.get_ident()
+    read_thread = await db.read(threading.get_ident)
+    write_thread = await db.write(threading.get_ident)
+    assert read_thread == write_thread == db.thread_id
+    assert read_thread != loop_thread
+
+
+async def test_models_refuse_to_run_on_the_event_loop(db: Database) -> None:
+    with pytest.raises(AttributeError, match="only usable on the database thread"):
+        Worker.select().count()
+    assert await db.read(lambda: Worker.select().count()) == 0
+
+
+async def test_writes_queued_together_share_one_transaction(db: Database) -> None:
+    gate, held = await _hold_thread(db)
+    before = db.stats
+    writes = [asyncio.create_task(db.write(_insert_worker(f"w_{i:02}"))) for i in range(50)]
+    await _queued(db, 50)
+    gate.release.set()
+    await held
+    assert await asyncio.gather(*writes) == [f"w_{i:02}" for i in range(50)]
+    after = db.stats
+    assert after.writes - before.writes == 50
+    assert after.write_groups - before.write_groups == 1
+    assert len(await db.read(_worker_ids)) == 50
+
+
+async def test_a_failing_write_undoes_only_itself(db: Database) -> None:
+    def insert_then_fail() -> None:
+        _insert_worker("w_doomed")()
+        raise ValueError("changed my mind")
+
+    gate, held = await _hold_thread(db)
+    groups_before = db.stats.write_groups
+    first = asyncio.create_task(db.write(_insert_worker("w_a")))
+    failing = asyncio.create_task(db.write(insert_then_fail))
+    duplicate = asyncio.create_task(db.write(_insert_worker("w_a")))  # IntegrityError
+    last = asyncio.create_task(db.write(_insert_worker("w_b")))
+    await _queued(db, 4)
+    gate.release.set()
+    await held
+    assert await first == "w_a"
+    with pytest.raises(ValueError, match="changed my mind"):
+        await failing
+    with pytest.raises(pw.IntegrityError):
+        await duplicate
+    assert await last == "w_b"
+    assert db.stats.write_groups - groups_before == 1
+    assert db.stats.failed_writes == 2
+    assert await db.read(_worker_ids) == ["w_a", "w_b"]
+
+
+async def test_group_size_is_bounded(db_target: DbTarget) -> None:
+    db = await open_database(db_target.url, db_target.data_dir, max_group=4)
+    try:
+        gate, held = await _hold_thread(db)
+        before = db.stats.write_groups
+        writes = [asyncio.create_task(db.write(_insert_worker(f"w_{i}"))) for i in range(10)]
+        await _queued(db, 10)
+        gate.release.set()
+        await held
+        await asyncio.gather(*writes)
+        assert db.stats.write_groups - before == 3  # 4 + 4 + 2
+    finally:
+        await db.close()
+
+
+async def test_max_group_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_group"):
+        await open_database(None, tmp_path, max_group=0)
+
+
+async def test_a_cancelled_caller_does_not_cancel_its_write(db: Database) -> None:
+    gate, held = await _hold_thread(db)
+    write = asyncio.create_task(db.write(_insert_worker("w_kept")))
+    await _queued(db, 1)
+    write.cancel()
+    gate.release.set()
+    await held
+    assert await db.read(_worker_ids) == ["w_kept"]
+
+
+async def test_close_drains_queued_work_then_refuses_more(db_target: DbTarget) -> None:
+    db = await open_database(db_target.url, db_target.data_dir)
+    gate, held = await _hold_thread(db)
+    writes = [asyncio.create_task(db.write(_insert_worker(f"w_{i}"))) for i in range(5)]
+    await _queued(db, 5)
+    closing = asyncio.create_task(db.close())
+    await asyncio.sleep(0)
+    assert db.closed
+    gate.release.set()
+    await closing
+    await held
+    assert len(await asyncio.gather(*writes)) == 5
+    with pytest.raises(DatabaseClosed, match="is closed"):
+        await db.read(_worker_ids)
+    with pytest.raises(DatabaseClosed):
+        await db.write(_insert_worker("w_late"))
+    await db.close()  # idempotent
+
+    reopened = await open_database(db_target.url, db_target.data_dir)
+    try:
+        assert len(await reopened.read(_worker_ids)) == 5
+    finally:
+        await reopened.close()
+
+
+async def test_reads_run_inside_a_transaction(db: Database) -> None:
+    assert await db.read(lambda: database_proxy.in_transaction())
+
+
+async def test_a_read_error_reaches_its_caller_only(db: Database) -> None:
+    def broken() -> None:
+        raise KeyError("nope")
+
+    with pytest.raises(KeyError):
+        await db.read(broken)
+    assert await db.read(lambda: 42) == 42
+
+
+async def test_two_databases_can_be_open_at_once(tmp_path: Path) -> None:
+    first = await open_database(None, tmp_path / "one")
+    second = await open_database(None, tmp_path / "two")
+    try:
+        await first.write(_insert_worker("w_first"))
+        await second.write(_insert_worker("w_second"))
+        assert await first.read(_worker_ids) == ["w_first"]
+        assert await second.read(_worker_ids) == ["w_second"]
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_sqlite_pragmas(tmp_path: Path) -> None:
+    db = await open_database(None, tmp_path)
+
+    def pragmas() -> dict[str, object]:
+        names = ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
+        return {name: database_proxy.pragma(name) for name in names}
+
+    try:
+        assert db.backend == "sqlite"
+        assert (tmp_path / "tunefleet.db").exists()
+        assert await db.read(pragmas) == {
+            "journal_mode": "wal",
+            "foreign_keys": 1,
+            "busy_timeout": 5000,
+            "synchronous": 2,  # FULL
+        }
+    finally:
+        await db.close()
+
+
+async def test_sqlite_in_memory(tmp_path: Path) -> None:
+    db = await open_database("sqlite:///:memory:", tmp_path)
+    try:
+        assert await db.write(lambda: AuditEvent.select().count()) == 0
+        assert db.description == "sqlite:///:memory:"
+    finally:
+        await db.close()
+    assert not await asyncio.to_thread(lambda: list(tmp_path.iterdir()))
