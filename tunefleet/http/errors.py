@@ -1,0 +1,146 @@
+"""Every error leaves the orchestrator as ``{"detail": "<one line>"}`` with its HTTP status.
+
+``error_middleware`` renders, in this order: ``ApiError`` (raised by the HTTP layer),
+aiohttp's own HTTP exceptions (unknown route, wrong method, body too large), tunefleet's
+domain errors (``TunefleetError`` subclasses carrying a ``status``), and anything else as a
+500 whose detail names the request id but never the exception: the traceback goes to the
+log. Every response carries ``X-Request-ID``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from tunefleet.errors import TunefleetError
+
+log = structlog.get_logger(__name__)
+
+REQUEST_ID_HEADER = "X-Request-ID"
+REQUEST_ID_KEY = web.RequestKey("tunefleet_request_id", str)
+MAX_DETAIL_CHARS = 300
+# A caller's (or proxy's) own id is kept for correlation only when it is short and plain,
+# so it can go into logs and headers as it is.
+_SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_WHITESPACE = re.compile(r"\s+")
+
+
+class ApiError(TunefleetError):
+    """An HTTP error with the one-line detail the client sees.
+
+    ``detail`` says what is wrong and, where the client can fix it, what to send instead.
+    """
+
+    def __init__(self, status: int, detail: str, *, headers: Mapping[str, str] | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.detail = one_line(detail)
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.status}, {self.detail!r})"
+
+
+def one_line(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """Collapse whitespace (newlines included) and cut to ``limit`` characters."""
+    flat = _WHITESPACE.sub(" ", text).strip()
+    if len(flat) > limit:
+        return flat[: limit - 1] + "…"
+    return flat
+
+
+def error_response(
+    status: int, detail: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    """The JSON error body every failure uses."""
+    response = web.json_response({"detail": one_line(detail)}, status=status)
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def request_id(request: web.Request) -> str:
+    """The id ``error_middleware`` gave this request ("-" outside the middleware)."""
+    return request.get(REQUEST_ID_KEY, "-")
+
+
+def _incoming_request_id(request: web.Request) -> str | None:
+    value = request.headers.get(REQUEST_ID_HEADER, "").strip()
+    return value if _SAFE_REQUEST_ID.fullmatch(value) else None
+
+
+def internal_error_detail(rid: str) -> str:
+    return f"internal error; see the orchestrator log (request id {rid})"
+
+
+def _http_exception_detail(request: web.Request, error: web.HTTPException) -> str:
+    default_text = f"{error.status}: {error.reason}"
+    if error.text and error.text != default_text:
+        return error.text
+    if error.status == 404:
+        return f"Not found: {request.method} {request.path}"
+    if isinstance(error, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(error.allowed_methods))
+        return f"Method {request.method} not allowed on {request.path}; use {allowed}"
+    return error.reason
+
+
+def _passed_headers(error: web.HTTPException) -> dict[str, str]:
+    # Keep what the exception meant to say (Allow, WWW-Authenticate, Retry-After), not the
+    # headers that describe its own text body.
+    skip = {"content-type", "content-length"}
+    return {k: v for k, v in error.headers.items() if k.lower() not in skip}
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render every failure as JSON ``{"detail"}`` and tag every response with a request id."""
+    rid = _incoming_request_id(request) or new_request_id()
+    request[REQUEST_ID_KEY] = rid
+    with structlog.contextvars.bound_contextvars(request_id=rid):
+        try:
+            response = await handler(request)
+        except ApiError as error:
+            log.debug("api_error", status=error.status, detail=error.detail, path=request.path)
+            response = error_response(error.status, error.detail, error.headers)
+        except web.HTTPException as error:
+            if error.status < 400:
+                # Redirects and raised successes keep aiohttp's own handling.
+                error.headers[REQUEST_ID_HEADER] = rid
+                raise
+            detail = _http_exception_detail(request, error)
+            response = error_response(error.status, detail, _passed_headers(error))
+        except TunefleetError as error:
+            response = _domain_error_response(request, error, rid)
+        except Exception:
+            # CancelledError is a BaseException and passes through untouched.
+            log.exception("request_failed", method=request.method, path=request.path)
+            response = error_response(500, internal_error_detail(rid))
+    if not response.prepared:
+        response.headers[REQUEST_ID_HEADER] = rid
+    return response
+
+
+def _domain_error_response(request: web.Request, error: TunefleetError, rid: str) -> web.Response:
+    status = getattr(error, "status", 500)
+    if not isinstance(status, int) or not (400 <= status < 500 or status in (502, 503, 504)):
+        # A deliberate error without a client-facing status is still a bug to the client.
+        log.exception(
+            "request_failed",
+            method=request.method,
+            path=request.path,
+            error_type=type(error).__name__,
+            error=str(error),
+        )
+        return error_response(500, internal_error_detail(rid))
+    log.debug("domain_error", status=status, error_type=type(error).__name__, path=request.path)
+    return error_response(status, str(error) or type(error).__name__)
