@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
