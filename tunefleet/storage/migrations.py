@@ -110,15 +110,17 @@ def current_version(database: pw.Database) -> int:
 def migrate(
     database: pw.Database,
     *,
-    target: int = LATEST_VERSION,
+    target: int | None = None,
     now: Callable[[], float] = time.time,
 ) -> MigrationResult:
-    """Bring `database` to `target` (default: latest) in one transaction.
+    """Bring `database` to `target` (None: the latest) in one transaction.
 
     Safe to call on every open (idempotent) and from two processes at once: the writer
     lock (SQLite BEGIN IMMEDIATE, a PostgreSQL advisory lock) is taken before the version
     is read, so the second one finds the work done.
     """
+    latest = MIGRATIONS[-1].version
+    target = latest if target is None else min(target, latest)
     is_sqlite = isinstance(database, pw.SqliteDatabase)
     outermost = database.transaction_depth() == 0
     txn = database.atomic("IMMEDIATE") if is_sqlite and outermost else database.atomic()
@@ -128,10 +130,10 @@ def migrate(
                 "SELECT pg_advisory_xact_lock(hashtext('tunefleet-migrate:' || current_schema()))"
             )
         found = current_version(database)
-        if found > LATEST_VERSION:
+        if found > latest:
             raise SchemaTooNew(
                 f"the database has schema version {found} but this tunefleet only knows up to "
-                f"{LATEST_VERSION}: upgrade tunefleet (or restore a backup made before the "
+                f"{latest}: upgrade tunefleet (or restore a backup made before the "
                 "newer release touched it)"
             )
         table = pw.Table(_VERSION_TABLE, ("version", "description", "applied_at"))
@@ -143,4 +145,4 @@ def migrate(
                     description=migration.description,
                     applied_at=now(),
                 ).execute()
-    return MigrationResult(from_version=found, to_version=max(found, min(target, LATEST_VERSION)))
+    return MigrationResult(from_version=found, to_version=max(found, target))
