@@ -1,0 +1,213 @@
+"""Who is calling: worker tokens (``X-Worker-Token``) and API tokens (``Authorization: Bearer``).
+
+The HTTP layer only extracts and hashes tokens; an ``Authenticator`` the orchestrator puts
+on the app (``AUTHENTICATOR_KEY``) maps hashes to principals over storage. Failures go to
+the optional ``AUTH_FAILURE_HOOK_KEY`` callable for the audit log; it gets the request,
+the kind ("worker" | "api") and a reason, never the token.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import structlog
+from aiohttp import web
+
+from tunefleet.http.errors import ApiError
+from tunefleet.http.tokens import hash_token
+
+log = structlog.get_logger(__name__)
+
+ADMIN_WORKERS = "admin.workers"
+QUEUE_SUBMIT = "queue.submit"
+QUEUE_ADMIN = "queue.admin"
+AUDIT_READ = "audit.read"
+ALL_PERMISSIONS: tuple[str, ...] = (ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_ADMIN, AUDIT_READ)
+PermissionName = Literal["admin.workers", "queue.submit", "queue.admin", "audit.read"]
+
+WORKER_UNAUTHORIZED = "Invalid worker token"
+API_UNAUTHORIZED = "Missing or invalid API token; send Authorization: Bearer <token>"
+WORKER_TOKEN_HEADER = "X-Worker-Token"
+
+AuthKind = Literal["worker", "api"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiPrincipal:
+    """A person or script holding an API token."""
+
+    token_id: str
+    name: str
+    permissions: frozenset[str]
+
+    def has(self, permission: str) -> bool:
+        return permission in self.permissions
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPrincipal:
+    """A worker agent holding its worker token."""
+
+    worker_id: str
+
+
+Principal = ApiPrincipal | WorkerPrincipal
+
+
+class Authenticator(Protocol):
+    """Maps token hashes to principals; None means unknown or revoked."""
+
+    async def resolve_api(self, token_hash: str) -> ApiPrincipal | None: ...
+
+    async def resolve_worker(self, token_hash: str) -> WorkerPrincipal | None: ...
+
+
+AuthFailureHook = Callable[[web.Request, str, str], Awaitable[None] | None]
+
+AUTHENTICATOR_KEY: web.AppKey[Authenticator] = web.AppKey("tunefleet_authenticator")
+AUTH_FAILURE_HOOK_KEY: web.AppKey[AuthFailureHook] = web.AppKey("tunefleet_auth_failure_hook")
+API_PRINCIPAL_KEY = web.RequestKey("tunefleet_api_principal", ApiPrincipal)
+WORKER_PRINCIPAL_KEY = web.RequestKey("tunefleet_worker_principal", WorkerPrincipal)
+
+
+def _bearer(request: web.Request) -> tuple[str | None, str]:
+    """(token, reason it is missing)."""
+    header = request.headers.get("Authorization")
+    if header is None or not header.strip():
+        return None, "no Authorization header"
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None, "Authorization header is not a Bearer token"
+    token = value.strip()
+    if not token:
+        return None, "empty Bearer token"
+    return token, ""
+
+
+def extract_bearer(request: web.Request) -> str | None:
+    """The token of ``Authorization: Bearer <token>`` (scheme case-insensitive), or None."""
+    return _bearer(request)[0]
+
+
+def extract_worker_token(request: web.Request) -> str | None:
+    """The ``X-Worker-Token`` value with surrounding whitespace removed (the seed document
+    warns that pasted tokens carry it), or None when absent or blank."""
+    value = request.headers.get(WORKER_TOKEN_HEADER, "").strip()
+    return value or None
+
+
+def _authenticator(request: web.Request) -> Authenticator:
+    # config_dict also finds the key on a parent app when routes live in a sub-app.
+    authenticator = request.config_dict.get(AUTHENTICATOR_KEY)
+    if authenticator is None:
+        raise RuntimeError("no Authenticator on the app; set app[AUTHENTICATOR_KEY]")
+    return authenticator
+
+
+async def report_auth_failure(request: web.Request, kind: AuthKind, reason: str) -> None:
+    """Log the failure and tell the audit hook; a failing hook never changes the response."""
+    log.info(
+        "auth_failed",
+        kind=kind,
+        reason=reason,
+        method=request.method,
+        path=request.path,
+        client=request.remote,
+    )
+    hook = request.config_dict.get(AUTH_FAILURE_HOOK_KEY)
+    if hook is None:
+        return
+    try:
+        result = hook(request, kind, reason)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("auth_failure_hook_failed", kind=kind, path=request.path)
+
+
+async def require_api(request: web.Request, permission: str | None = None) -> ApiPrincipal:
+    """The API principal of this request, holding ``permission`` when one is named.
+
+    401 without a valid bearer token, 403 ``Permission denied: <permission>`` without the
+    permission. The principal is kept on the request, so a second call is free.
+    """
+    principal = request.get(API_PRINCIPAL_KEY)
+    if principal is None:
+        token, reason = _bearer(request)
+        if token is not None:
+            principal = await _authenticator(request).resolve_api(hash_token(token))
+            reason = "unknown or revoked API token"
+        if principal is None:
+            await report_auth_failure(request, "api", reason)
+            raise ApiError(401, API_UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+        request[API_PRINCIPAL_KEY] = principal
+    if permission is not None and not principal.has(permission):
+        await report_auth_failure(request, "api", f"token {principal.token_id} lacks {permission}")
+        raise ApiError(403, f"Permission denied: {permission}")
+    return principal
+
+
+async def require_worker(request: web.Request) -> WorkerPrincipal:
+    """The worker this request's ``X-Worker-Token`` belongs to; 401 ``Invalid worker token``
+    when it is missing, unknown or revoked (the same words for each, as the protocol says)."""
+    principal = request.get(WORKER_PRINCIPAL_KEY)
+    if principal is not None:
+        return principal
+    token = extract_worker_token(request)
+    if token is None:
+        await report_auth_failure(request, "worker", f"no {WORKER_TOKEN_HEADER} header")
+        raise ApiError(401, WORKER_UNAUTHORIZED)
+    principal = await _authenticator(request).resolve_worker(hash_token(token))
+    if principal is None:
+        await report_auth_failure(request, "worker", "unknown or revoked worker token")
+        raise ApiError(401, WORKER_UNAUTHORIZED)
+    request[WORKER_PRINCIPAL_KEY] = principal
+    return principal
+
+
+def check_grantable(principal: ApiPrincipal, permissions: Iterable[str]) -> None:
+    """A token may only hand out permissions it holds itself (403 otherwise), so creating
+    tokens cannot widen anyone's access."""
+    missing = sorted(set(permissions) - principal.permissions)
+    if missing:
+        raise ApiError(
+            403, f"Permission denied: cannot grant {', '.join(missing)}, which this token lacks"
+        )
+
+
+# --- declared auth for routes ("none" | "worker" | "api" | "api:<permission>") ---------
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequirement:
+    kind: Literal["none", "worker", "api"]
+    permission: str | None = None
+
+
+def parse_auth(spec: str) -> AuthRequirement:
+    """Read a route's declared auth; a typo is an error at import time, not a silent hole."""
+    if spec == "none":
+        return AuthRequirement("none")
+    if spec == "worker":
+        return AuthRequirement("worker")
+    if spec == "api":
+        return AuthRequirement("api")
+    kind, _, permission = spec.partition(":")
+    if kind == "api" and permission in ALL_PERMISSIONS:
+        return AuthRequirement("api", permission)
+    raise ValueError(
+        f"auth must be 'none', 'worker', 'api' or 'api:<permission>' with a permission of "
+        f"{', '.join(ALL_PERMISSIONS)}; got {spec!r}"
+    )
+
+
+async def authorize(request: web.Request, requirement: AuthRequirement) -> Principal | None:
+    """Enforce a declared requirement; the principal, or None for public routes."""
+    if requirement.kind == "worker":
+        return await require_worker(request)
+    if requirement.kind == "api":
+        return await require_api(request, requirement.permission)
+    return None
