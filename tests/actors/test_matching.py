@@ -238,9 +238,20 @@ def test_best_fit_keeps_the_big_machine_for_the_big_job() -> None:
 
 
 def test_equal_gpu_counts_prefer_less_vram_then_worker_id() -> None:
-    idle = [worker("w_c", vram=80), worker("w_b", vram=24), worker("w_a", vram=24)]
+    idle = [worker("w_a", vram=80), worker("w_c", vram=24), worker("w_b", vram=24)]
     pending = [job(f"j{i}", REMOTE, seq=i) for i in range(3)]
-    assert plan(pending, idle) == [("j0", "w_a"), ("j1", "w_b"), ("j2", "w_c")]
+    assert plan(pending, idle) == [("j0", "w_b"), ("j1", "w_c"), ("j2", "w_a")]
+
+
+def test_unknown_vram_counts_as_least_so_known_vram_stays_free() -> None:
+    idle = [worker("w_a", vram=24), worker("w_b", vram=None)]
+    assert plan([job("j1", REMOTE)], idle) == [("j1", "w_b")]
+
+
+def test_min_vram_equal_to_the_worker_vram_is_placed() -> None:
+    idle = [worker("w_a", vram=24), worker("w_b", vram=40)]
+    pending = [job("j1", Requirements("worker", min_vram_gb=40))]
+    assert plan(pending, idle) == [("j1", "w_b")]
 
 
 def test_auto_prefers_a_remote_worker_even_when_the_local_runner_fits_better() -> None:

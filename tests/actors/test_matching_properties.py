@@ -1,0 +1,265 @@
+"""Property tests for plan() and wait_reason() over random fleets and job mixes.
+
+Each property is stated against ``unmet()``, the one-worker rule, so the fast index
+inside plan() is checked against the plain definition. "Queue order" is priority
+descending, then seq ascending; "at J's turn" means before J in queue order was placed,
+i.e. with the workers given to jobs earlier in queue order already taken.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tunefleet.actors.matching import (
+    PendingJob,
+    Requirements,
+    WorkerView,
+    plan,
+    unmet,
+    wait_reason,
+)
+
+EXAMPLES = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+GPU_NAMES = [None, "NVIDIA A10", "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
+LABEL_VALUES = {"gpu_type": ["a10", "a100", "a100-80g", "h100"], "zone": ["us-1", "eu-1"]}
+LABEL_PATTERNS = {"gpu_type": ["a100*", "a10", "h100", "*", "a?00"], "zone": ["us-*", "eu-1"]}
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> list[WorkerView]:
+    count = draw(st.integers(0, 12))
+    local_at = draw(st.one_of(st.none(), st.integers(0, max(count - 1, 0))))
+    workers = []
+    for i in range(count):
+        labels = {
+            k: draw(st.sampled_from(v)) for k, v in LABEL_VALUES.items() if draw(st.booleans())
+        }
+        workers.append(
+            WorkerView(
+                worker_id=f"w_{draw(st.integers(0, 99)):02}_{i}",  # ids not in creation order
+                is_local=i == local_at,
+                labels=labels,
+                gpu_count=draw(st.sampled_from([0, 1, 1, 2, 4, 8])),
+                gpu_vram_gb=draw(st.sampled_from([None, 16.0, 24.0, 40.0, 80.0])),
+                gpu_name=draw(st.sampled_from(GPU_NAMES)),
+            )
+        )
+    return workers
+
+
+@st.composite
+def requirements(draw: st.DrawFn) -> Requirements:
+    labels = {
+        k: draw(st.sampled_from(v))
+        for k, v in LABEL_PATTERNS.items()
+        if draw(st.integers(0, 3)) == 0
+    }
+    return Requirements(
+        target=draw(st.sampled_from(["worker", "local", "auto", "auto"])),
+        labels=labels,
+        gpu_count=draw(st.sampled_from([0, 1, 1, 1, 2, 4, 8])),
+        min_vram_gb=draw(st.sampled_from([None, None, 0.0, 24.0, 40.0, 80.0])),
+        gpu_name=draw(st.sampled_from([None, None, None, "*a100*", "*H100*", "NVIDIA A10"])),
+    )
+
+
+@st.composite
+def job_mixes(draw: st.DrawFn) -> list[PendingJob]:
+    # A few shared requirement shapes, like a real queue, plus some one-offs.
+    shapes = draw(st.lists(requirements(), min_size=1, max_size=4))
+    count = draw(st.integers(0, 16))
+    seqs = draw(st.lists(st.integers(1, 1000), min_size=count, max_size=count, unique=True))
+    return [
+        PendingJob(
+            job_id=f"j_{seq}",
+            priority=draw(st.integers(0, 3)),
+            seq=seq,
+            requirements=draw(st.one_of(st.sampled_from(shapes), requirements())),
+        )
+        for seq in seqs
+    ]
+
+
+def fit_order(worker: WorkerView) -> tuple[int, float, str]:
+    """Best fit, written out here so a change to the module's own ordering is caught."""
+    vram = 0.0 if worker.gpu_vram_gb is None else worker.gpu_vram_gb
+    return (worker.gpu_count, vram, worker.worker_id)
+
+
+def queue_order(jobs: Sequence[PendingJob]) -> list[PendingJob]:
+    return sorted(jobs, key=lambda j: (-j.priority, j.seq, j.job_id))
+
+
+def naive_plan(pending: Sequence[PendingJob], idle: Sequence[WorkerView]) -> list[tuple[str, str]]:
+    """The policy written the obvious O(jobs x workers) way, as the oracle."""
+    free = {w.worker_id: w for w in idle}
+    placements = []
+    for job in queue_order(pending):
+        candidates = [w for w in free.values() if unmet(job.requirements, w) is None]
+        if job.requirements.target == "auto":
+            candidates = [w for w in candidates if not w.is_local] or candidates
+        if candidates:
+            best = min(candidates, key=fit_order)
+            del free[best.worker_id]
+            placements.append((job.job_id, best.worker_id))
+    return placements
+
+
+def replay(
+    pending: Sequence[PendingJob], idle: Sequence[WorkerView], placements: list[tuple[str, str]]
+) -> list[tuple[PendingJob, WorkerView | None, list[WorkerView]]]:
+    """Per job in queue order: (job, the worker it got or None, the free workers at its turn)."""
+    given = dict(placements)
+    by_id = {w.worker_id: w for w in idle}
+    free = list(by_id.values())
+    turns = []
+    for job in queue_order(pending):
+        chosen = by_id.get(given[job.job_id]) if job.job_id in given else None
+        turns.append((job, chosen, list(free)))
+        if chosen is not None:
+            free.remove(chosen)
+    return turns
+
+
+def check_every_placement_qualifies_and_nothing_is_used_twice(
+    idle: list[WorkerView], pending: list[PendingJob], placements: list[tuple[str, str]]
+) -> None:
+    """Every (job, worker) has unmet() None; no job and no worker appears twice."""
+    jobs = {j.job_id: j for j in pending}
+    workers = {w.worker_id: w for w in idle}
+    for job_id, worker_id in placements:
+        assert unmet(jobs[job_id].requirements, workers[worker_id]) is None
+    assert len({j for j, _ in placements}) == len(placements)
+    assert len({w for _, w in placements}) == len(placements)
+
+
+def check_a_skipped_job_loses_no_qualifying_worker_to_a_job_behind_it(
+    idle: list[WorkerView], pending: list[PendingJob], placements: list[tuple[str, str]]
+) -> None:
+    """Priority, then FIFO: if job U is left unplaced, every worker given to a job after U
+    in queue order fails U's requirements (so it was never U's to take)."""
+    turns = replay(pending, idle, placements)
+    for rank, (skipped, chosen, _) in enumerate(turns):
+        if chosen is not None:
+            continue
+        for _, their_worker, _ in turns[rank + 1 :]:
+            if their_worker is not None:
+                assert unmet(skipped.requirements, their_worker) is not None
+
+
+def check_plan_is_maximal(
+    idle: list[WorkerView], pending: list[PendingJob], placements: list[tuple[str, str]]
+) -> None:
+    """After the pass, no unplaced job qualifies for any worker still free."""
+    placed = {j for j, _ in placements}
+    taken = {w for _, w in placements}
+    still_free = [w for w in idle if w.worker_id not in taken]
+    for job in pending:
+        if job.job_id not in placed:
+            assert all(unmet(job.requirements, w) is not None for w in still_free)
+
+
+def check_auto_takes_the_local_runner_only_when_no_free_remote_worker_qualifies(
+    idle: list[WorkerView], pending: list[PendingJob], placements: list[tuple[str, str]]
+) -> None:
+    """An auto job placed on the local runner had no qualifying remote worker free at its turn."""
+    for job, chosen, free in replay(pending, idle, placements):
+        if job.requirements.target == "auto" and chosen is not None and chosen.is_local:
+            remote = [w for w in free if not w.is_local]
+            assert all(unmet(job.requirements, w) is not None for w in remote)
+
+
+def check_the_chosen_worker_is_the_best_fit_at_the_time_of_choice(
+    idle: list[WorkerView], pending: list[PendingJob], placements: list[tuple[str, str]]
+) -> None:
+    """Among qualifying workers free at the job's turn, on the side it was placed (remote or
+    local), the chosen one has the fewest GPUs, and is first in (GPUs, VRAM, id) order."""
+    for job, chosen, free in replay(pending, idle, placements):
+        if chosen is None:
+            continue
+        same_side = [w for w in free if w.is_local == chosen.is_local]
+        qualifying = [w for w in same_side if unmet(job.requirements, w) is None]
+        assert chosen.gpu_count == min(w.gpu_count for w in qualifying)
+        assert fit_order(chosen) == min(fit_order(w) for w in qualifying)
+
+
+def check_plan_equals_the_naive_policy(
+    idle: list[WorkerView], pending: list[PendingJob], placements: list[tuple[str, str]]
+) -> None:
+    """The indexed plan gives exactly what the obvious O(jobs x workers) policy gives."""
+    assert placements == naive_plan(pending, idle)
+
+
+PLAN_PROPERTIES = [
+    check_every_placement_qualifies_and_nothing_is_used_twice,
+    check_a_skipped_job_loses_no_qualifying_worker_to_a_job_behind_it,
+    check_plan_is_maximal,
+    check_auto_takes_the_local_runner_only_when_no_free_remote_worker_qualifies,
+    check_the_chosen_worker_is_the_best_fit_at_the_time_of_choice,
+    check_plan_equals_the_naive_policy,
+]
+
+
+@EXAMPLES
+@given(fleets(), job_mixes())
+def test_plan_properties(idle: list[WorkerView], pending: list[PendingJob]) -> None:
+    # One generated case feeds every property: generation is the expensive part.
+    placements = plan(pending, idle)
+    for check in PLAN_PROPERTIES:
+        check(idle, pending, placements)
+
+
+@EXAMPLES
+@given(fleets(), job_mixes(), st.lists(st.booleans(), min_size=12, max_size=12))
+def test_wait_reason_agrees_with_plan(
+    fleet: list[WorkerView], pending: list[PendingJob], idle_mask: list[bool]
+) -> None:
+    """A job left pending by a pass is told "busy" exactly when some worker qualifies."""
+    idle = [w for w, is_idle in zip(fleet, idle_mask, strict=False) if is_idle]
+    placements = plan(pending, idle)
+    taken = {w for _, w in placements}
+    idle_after = {w.worker_id for w in idle} - taken
+    placed = {j for j, _ in placements}
+    for job in pending:
+        if job.job_id in placed:
+            continue
+        reason = wait_reason(job.requirements, fleet, idle_after)
+        qualifying = [w for w in fleet if unmet(job.requirements, w) is None]
+        # Right after a pass nothing idle qualifies, so the reason is never "imminent".
+        assert "dispatch is imminent" not in reason
+        assert reason.startswith("every qualifying worker is busy") == bool(qualifying)
+        assert not {w.worker_id for w in qualifying} & idle_after
+
+
+def test_a_large_mixed_queue_matches_the_naive_policy() -> None:
+    # Big enough to exercise the skip links and shared cursors over long runs.
+    rng = random.Random(7)
+    idle = [
+        WorkerView(
+            worker_id=f"w_{i:04}",
+            is_local=i == 0,
+            labels={"gpu_type": rng.choice(LABEL_VALUES["gpu_type"]), "zone": f"z{i % 3}"},
+            gpu_count=rng.choice([1, 1, 2, 4, 8]),
+            gpu_vram_gb=rng.choice([24.0, 40.0, 80.0]),
+            gpu_name=rng.choice(GPU_NAMES),
+        )
+        for i in range(300)
+    ]
+    shapes = [
+        Requirements(rng.choice(["worker", "auto"]), gpu_count=rng.choice([1, 2, 4]))
+        for _ in range(5)
+    ] + [
+        Requirements("worker", {"gpu_type": "a100*"}, 1, 40.0),
+        Requirements("auto", {"zone": "z1"}, 2, None, "*h100*"),
+        Requirements("local", gpu_count=1),
+        Requirements("worker", gpu_count=16),
+    ]
+    pending = [PendingJob(f"j_{i}", rng.randint(0, 2), i, rng.choice(shapes)) for i in range(600)]
+    placements = plan(pending, idle)
+    assert placements == naive_plan(pending, idle)
+    assert 100 < len(placements) <= 300
