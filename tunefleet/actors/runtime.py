@@ -1,0 +1,388 @@
+"""The actor runtime: actors with a mailbox handled one message at a time, and the
+system that spawns them, restarts them after a crash and stops them.
+
+An idle actor owns no task and no mailbox: both exist only while it has messages, so
+ten thousand idle actors cost a few hundred bytes each. `tell` and `ask` must be
+called on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import deque
+from typing import ClassVar, TypeVar
+
+import structlog
+
+from tunefleet.actors.clock import Clock
+from tunefleet.actors.errors import ActorError, ActorStopped, AskTimeout
+from tunefleet.actors.restart_policy import FailureCallback, RestartPolicy
+from tunefleet.errors import TunefleetError
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["Actor", "ActorError", "ActorStopped", "ActorSystem", "AskTimeout", "check_message"]
+
+# Actor states. Accepting messages is `_RUNNING` only.
+_NEW, _RUNNING, _STOPPING, _STOPPED = 0, 1, 2, 3
+
+# After this many messages in a row the actor yields, so a long mailbox whose
+# handler never awaits cannot starve the other actors and the HTTP server.
+_FAIRNESS_BATCH = 32
+
+_Reply = asyncio.Future[object]
+_Envelope = tuple[object, _Reply | None]
+
+# Types already proven to be frozen dataclasses: the check costs one set lookup.
+_MESSAGE_TYPES: set[type] = set()
+
+
+def check_message(message: object) -> None:
+    """Raise TypeError unless `message` is an instance of a frozen dataclass."""
+    cls = type(message)
+    if cls in _MESSAGE_TYPES:
+        return
+    params = getattr(cls, "__dataclass_params__", None) if dataclasses.is_dataclass(cls) else None
+    if params is None:
+        raise TypeError(f"a message must be a frozen dataclass instance, not {cls.__qualname__}")
+    if not params.frozen:
+        raise TypeError(f"message type {cls.__qualname__} must be declared @dataclass(frozen=True)")
+    _MESSAGE_TYPES.add(cls)
+
+
+def _expire(reply: _Reply, actor: str, message: object, timeout_s: float) -> None:
+    if not reply.done():
+        reply.set_exception(AskTimeout(actor, type(message).__name__, timeout_s))
+
+
+class Actor:
+    """Base class: override `receive`; its return value is the reply to `ask`.
+
+    Exceptions listed in `refusals` (by default every deliberate `TunefleetError`,
+    e.g. a 409 Conflict) are answers, not crashes: they go to the asker (or are
+    logged for a tell) and the actor carries on with no restart counted. Any other
+    exception is a crash handled by the `ActorSystem`.
+    """
+
+    __slots__ = ("_crash_times", "_mailbox", "_state", "_system", "_task", "name")
+
+    refusals: ClassVar[tuple[type[Exception], ...]] = (TunefleetError,)
+
+    def __init__(self, name: str) -> None:
+        if not name:
+            raise ValueError("an actor needs a non-empty name")
+        self.name = name
+        self._mailbox: deque[_Envelope] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._system: ActorSystem | None = None
+        self._state = _NEW
+        self._crash_times: deque[float] | None = None
+
+    # --- overridable behaviour ---------------------------------------------------------
+
+    async def receive(self, message: object) -> object:
+        raise NotImplementedError(f"{type(self).__qualname__} must override receive()")
+
+    async def on_start(self) -> None:
+        """Runs once, after spawn and before the first message."""
+
+    async def on_stop(self) -> None:
+        """Runs once, after the last message (also when the actor failed)."""
+
+    async def on_restart(self, error: Exception) -> None:
+        """Runs after `receive` crashed, before the next message: reset what it broke."""
+
+    # --- sending -------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """True while the actor accepts messages (spawned, not stopping)."""
+        return self._state == _RUNNING
+
+    @property
+    def mailbox_size(self) -> int:
+        """Messages waiting, not counting the one being handled."""
+        return len(self._mailbox) if self._mailbox else 0
+
+    def tell(self, message: object) -> None:
+        """Queue `message`; raises ActorStopped once the actor is stopping."""
+        self._enqueue(message, None)
+
+    def try_tell(self, message: object) -> bool:
+        """Tell unless the actor is stopping or stopped; True if queued. For timers and
+        other callbacks that may outlive the actor."""
+        check_message(message)
+        if self._state != _RUNNING:
+            return False
+        self._enqueue(message, None)
+        return True
+
+    async def ask(self, message: object, timeout_s: float = 5.0) -> object:
+        """Queue `message` and wait for what `receive` returns (or raises).
+
+        The timeout runs on the event loop's real clock: it guards against a stuck
+        actor, it is not domain time. After a timeout the message is still handled
+        later; only its answer is dropped.
+        """
+        loop = asyncio.get_running_loop()
+        reply: _Reply = loop.create_future()
+        self._enqueue(message, reply)
+        timer = loop.call_later(timeout_s, _expire, reply, self.name, message, timeout_s)
+        try:
+            return await reply
+        finally:
+            timer.cancel()
+
+    async def stop(self, drain: bool = True) -> None:
+        """Stop accepting messages, then wait until the actor has stopped.
+
+        drain=True handles what is queued first; drain=False rejects it (asks get
+        ActorStopped). The message being handled always finishes. Called from the
+        actor's own receive it returns at once; the actor stops after that message.
+        """
+        self._begin_stop(drain)
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            # wait() rather than await: a cancelled caller must not cancel the actor.
+            await asyncio.wait((task,))
+
+    def __repr__(self) -> str:
+        state = ("new", "running", "stopping", "stopped")[self._state]
+        return f"<{type(self).__qualname__} {self.name} {state} mailbox={self.mailbox_size}>"
+
+    # --- the actor's one task ------------------------------------------------------------
+
+    def _enqueue(self, message: object, reply: _Reply | None) -> None:
+        if type(message) not in _MESSAGE_TYPES:
+            check_message(message)
+        if self._state != _RUNNING:
+            raise self._not_accepting()
+        mailbox = self._mailbox
+        if mailbox is None:
+            mailbox = self._mailbox = deque()
+        mailbox.append((message, reply))
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(starting=False), name=self.name)
+
+    def _not_accepting(self) -> ActorError:
+        if self._state == _NEW:
+            return ActorError(f"actor {self.name} is not spawned; pass it to ActorSystem.spawn")
+        return ActorStopped(self.name)
+
+    async def _run(self, starting: bool) -> None:
+        try:
+            failure = await self._start() if starting else None
+            if failure is None:
+                failure = await self._handle_mailbox()
+            if self._state == _RUNNING:
+                # Idle again (no await since the mailbox emptied): hand both back.
+                self._task = None
+                self._mailbox = None
+                return
+            await self._finish()
+        except asyncio.CancelledError:
+            self._abandon()
+            raise
+        if failure is not None:
+            await self._owner().restart_policy.actor_failed(self, *failure)
+
+    async def _start(self) -> tuple[Exception, str] | None:
+        try:
+            await self.on_start()
+        except Exception as error:
+            self._close("it failed to start")
+            return error, "on_start raised"
+        return None
+
+    async def _handle_mailbox(self) -> tuple[Exception, str] | None:
+        handled = 0
+        while mailbox := self._mailbox:
+            message, reply = mailbox.popleft()
+            try:
+                result = await self.receive(message)
+            except asyncio.CancelledError:
+                if reply is not None and not reply.done():
+                    reply.set_exception(ActorStopped(self.name, "its task was cancelled"))
+                raise
+            except Exception as error:
+                if reply is not None and not reply.done():
+                    reply.set_exception(error)
+                if isinstance(error, self.refusals):
+                    if reply is None:
+                        log.warning(
+                            "actor refused a message",
+                            actor=self.name,
+                            message_type=type(message).__name__,
+                            error=str(error),
+                        )
+                else:
+                    failure = await self._recover(message, error)
+                    if failure is not None:
+                        return failure
+            else:
+                if reply is not None and not reply.done():
+                    reply.set_result(result)
+            handled += 1
+            if handled % _FAIRNESS_BATCH == 0:
+                await asyncio.sleep(0)
+        return None
+
+    async def _recover(self, message: object, error: Exception) -> tuple[Exception, str] | None:
+        policy = self._owner().restart_policy
+        if self._crash_times is None:
+            self._crash_times = deque()
+        may_restart = policy.record_crash(self._crash_times)
+        log.error(
+            "actor crashed",
+            actor=self.name,
+            message_type=type(message).__name__,
+            error=repr(error),
+            crashes_in_window=len(self._crash_times),
+            exc_info=error,
+        )
+        if not may_restart:
+            self._close("it failed: too many crashes")
+            return error, "restart limit exceeded"
+        try:
+            await self.on_restart(error)
+        except Exception as hook_error:
+            self._close("it failed: on_restart raised")
+            return hook_error, "on_restart raised"
+        return None
+
+    async def _finish(self) -> None:
+        try:
+            await self.on_stop()
+        except Exception as error:
+            log.error("actor on_stop failed", actor=self.name, error=repr(error), exc_info=error)
+        self._mark_stopped()
+
+    def _begin_stop(self, drain: bool) -> None:
+        if self._state in (_NEW, _STOPPED):
+            self._state = _STOPPED
+            return
+        if not drain:
+            self._reject_queued("it was stopped")
+        if self._state == _STOPPING:
+            return
+        self._state = _STOPPING
+        if self._task is not None:
+            return  # the running task finishes the stop once the mailbox is empty
+        if type(self).on_stop is Actor.on_stop:
+            self._mark_stopped()  # nothing to await: no task for an idle actor
+        else:
+            self._task = asyncio.create_task(self._finish(), name=self.name)
+
+    def _close(self, why: str) -> None:
+        self._state = _STOPPING
+        self._reject_queued(why)
+
+    def _reject_queued(self, why: str) -> None:
+        mailbox = self._mailbox
+        if not mailbox:
+            return
+        rejected_asks = 0
+        while mailbox:
+            _, reply = mailbox.popleft()
+            if reply is not None and not reply.done():
+                reply.set_exception(ActorStopped(self.name, why))
+                rejected_asks += 1
+        log.info("actor dropped queued messages", actor=self.name, why=why, asks=rejected_asks)
+
+    def _mark_stopped(self) -> None:
+        self._state = _STOPPED
+        self._task = None
+        self._mailbox = None
+        if self._system is not None:
+            self._system._forget(self)
+
+    def _abandon(self) -> None:
+        """The task was cancelled (loop shutdown): nothing more can run, answer everyone."""
+        log.warning("actor task cancelled", actor=self.name, queued=self.mailbox_size)
+        self._reject_queued("its task was cancelled")
+        self._mark_stopped()
+
+    def _owner(self) -> ActorSystem:
+        if self._system is None:  # unreachable: only spawned actors get a task
+            raise ActorError(f"actor {self.name} is not spawned")
+        return self._system
+
+
+A = TypeVar("A", bound=Actor)
+
+
+class ActorSystem:
+    """Spawns actors by unique name, supervises crashes, and stops them all.
+
+    A crash (an exception from `receive` that is not a refusal) is logged, the
+    actor's `on_restart(error)` runs and the next message is handled. More than
+    `max_restarts` crashes within `restart_window_s` (on the clock's monotonic time)
+    and the actor is stopped instead: queued asks get ActorStopped, the failure is
+    logged and `on_actor_failed(actor, error)` (sync or async) is called.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        max_restarts: int = 5,
+        restart_window_s: float = 60.0,
+        on_actor_failed: FailureCallback | None = None,
+    ) -> None:
+        self.clock = clock
+        self.restart_policy = RestartPolicy(clock, max_restarts, restart_window_s, on_actor_failed)
+        self._actors: dict[str, Actor] = {}
+        self._closing = False
+
+    @property
+    def actors(self) -> int:
+        """How many actors are registered (running or still stopping)."""
+        return len(self._actors)
+
+    def spawn(self, actor: A) -> A:
+        """Register `actor` and start it (its on_start runs before its first message)."""
+        if self._closing:
+            raise ActorStopped(actor.name, "the actor system is shutting down")
+        if actor._state != _NEW:
+            raise ActorError(f"actor {actor.name} was spawned or stopped before; create a new one")
+        existing = self._actors.get(actor.name)
+        if existing is not None and existing.alive:
+            raise ActorError(f"an actor named {actor.name} is already running; stop it first")
+        actor._system = self
+        actor._state = _RUNNING
+        self._actors[actor.name] = actor
+        if type(actor).on_start is not Actor.on_start:
+            actor._task = asyncio.create_task(actor._run(starting=True), name=actor.name)
+        return actor
+
+    def get(self, name: str) -> Actor | None:
+        return self._actors.get(name)
+
+    async def stop(self, actor: Actor, drain: bool = True) -> None:
+        await actor.stop(drain)
+
+    def stop_soon(self, actor: Actor, drain: bool = True) -> None:
+        """Begin stopping `actor` without waiting (safe from inside its own receive)."""
+        actor._begin_stop(drain)
+
+    async def stop_all(self, drain: bool = True) -> None:
+        """Stop every actor at once; no spawn is accepted from now on.
+
+        Every actor stops accepting messages before any of them is awaited, so
+        draining ones cannot refill each other's mailboxes: their tells to a
+        stopping actor raise ActorStopped.
+        """
+        self._closing = True
+        actors = list(self._actors.values())
+        for actor in actors:
+            actor._begin_stop(drain)
+        tasks = [actor._task for actor in actors if actor._task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+
+    # --- used by actors ------------------------------------------------------------------
+
+    def _forget(self, actor: Actor) -> None:
+        if self._actors.get(actor.name) is actor:
+            del self._actors[actor.name]
