@@ -172,6 +172,15 @@ def test_progress_tail_reads_increments_and_counts_malformed(tmp_path: Path) -> 
     assert tail.progress["loss"] == 0.3
 
 
+def test_progress_tail_survives_absurdly_deep_json(tmp_path: Path) -> None:
+    path = tmp_path / "progress.jsonl"
+    path.write_text("[" * 50_000 + "]" * 50_000 + '\n{"step": 2}\n')
+    tail = ProgressTail(path)
+    assert tail.poll() is True
+    assert tail.malformed == 1
+    assert tail.progress == {"step": 2}
+
+
 def test_progress_tail_drops_an_endless_line(tmp_path: Path) -> None:
     path = tmp_path / "progress.jsonl"
     path.write_text("x" * 70_000)

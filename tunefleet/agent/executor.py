@@ -60,7 +60,7 @@ log = structlog.get_logger(__name__)
 # stragglers holding them are ignored (they were already sent SIGKILL).
 _DRAIN_TIMEOUT_S = 5.0
 # How often the main process's exit is checked while its pipes are still open.
-_EXIT_POLL_S = 0.1
+_EXIT_POLL_S = 0.5
 
 
 class ExecutorBusy(TunefleetError):

@@ -73,7 +73,7 @@ class ProgressTail:
             return
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
             self.malformed += 1
             return
         if not isinstance(record, dict):
