@@ -102,3 +102,14 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """Whether the process is gone within the timeout (SIGKILL is delivered asynchronously)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while process_alive(pid):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True

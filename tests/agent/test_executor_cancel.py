@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from executor_testkit import Recorder, executor, process_alive, script, spec
+from executor_testkit import Recorder, executor, gone, process_alive, script, spec
 
 from tunefleet.agent.executor import ExecutorBusy
 from tunefleet.errors import TunefleetError
@@ -48,8 +48,8 @@ async def test_cancel_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -
     assert outcome.status == "cancelled"
     assert outcome.error == "cancelled by admin"
     assert outcome.exit_code == -signal.SIGKILL
-    assert not process_alive(rec.started[0].pid)
-    assert not process_alive(grandchild)
+    assert await gone(rec.started[0].pid)
+    assert await gone(grandchild)
     assert not ex.busy
 
 
@@ -106,7 +106,7 @@ async def test_cancel_while_the_process_is_starting_still_stops_it(tmp_path: Pat
     assert (outcome.status, outcome.error) == ("cancelled", "changed my mind")
     assert outcome.exit_code is not None
     assert outcome.exit_code < 0  # SIGTERM before it could ignore it, or SIGKILL after
-    assert not process_alive(rec.started[0].pid)
+    assert await gone(rec.started[0].pid)
 
 
 async def test_a_second_job_is_refused_while_one_runs(tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ async def test_leftover_processes_are_killed_when_the_main_process_exits(tmp_pat
     rec = Recorder()
     outcome = await asyncio.wait_for(executor(tmp_path).run(spec(script(body)), rec), timeout=10)
     assert outcome.status == "completed"
-    assert not process_alive(ready_pid(rec))  # it held our stdout, and a GPU perhaps
+    assert await gone(ready_pid(rec))  # it held our stdout, and a GPU perhaps
 
 
 async def test_cancelling_the_run_task_kills_the_job_at_once(tmp_path: Path) -> None:
@@ -150,6 +150,6 @@ async def test_cancelling_the_run_task_kills_the_job_at_once(tmp_path: Path) -> 
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(run, timeout=10)
-    assert not process_alive(rec.started[0].pid)
-    assert not process_alive(grandchild)
+    assert await gone(rec.started[0].pid)
+    assert await gone(grandchild)
     assert not ex.busy
