@@ -66,6 +66,14 @@ def _build_v1_with_data(raw: pw.Database) -> None:
     )
 
 
+def _version() -> int:
+    """The schema version, read on the DB thread."""
+    database = database_proxy.obj
+    if database is None:
+        raise RuntimeError("not on a database thread")
+    return current_version(database)
+
+
 def _schema_columns() -> dict[str, set[str]]:
     return {
         model._meta.table_name: {c.name for c in database_proxy.get_columns(model._meta.table_name)}
@@ -74,7 +82,7 @@ def _schema_columns() -> dict[str, set[str]]:
 
 
 async def test_empty_database_is_built_to_the_latest_schema(db: Database) -> None:
-    assert await db.read(lambda: current_version(database_proxy.obj)) == LATEST_VERSION
+    assert await db.read(_version) == LATEST_VERSION
     found = await db.read(_schema_columns)
     for model in ALL_MODELS:
         declared = {field.column_name for field in model._meta.sorted_fields}
@@ -89,7 +97,7 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
     db = await open_database(db_target.url, db_target.data_dir)
     try:
         store = Store(db, now=lambda: 10.0)
-        assert await db.read(lambda: current_version(database_proxy.obj)) == 2
+        assert await db.read(_version) == 2
         worker = await store.get_worker("w_old")
         assert worker is not None
         assert (worker.labels, worker.gpu_info, worker.last_event_id) == (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -10,7 +11,7 @@ from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.store import Store
 
 
-async def _worker(store: Store, worker_id: str = "w_1", **fields: object) -> None:
+async def _worker(store: Store, worker_id: str = "w_1", **fields: Any) -> None:
     await store.create_worker(
         worker_id, name=f"box-{worker_id}", worker_type="persistent", **fields
     )
