@@ -337,6 +337,8 @@ async def test_too_many_crashes_stop_the_actor_and_reject_queued_asks() -> None:
     failed = next(entry for entry in logs if entry["event"] == "actor failed and was stopped")
     assert failed["log_level"] == "error"
     assert failed["reason"] == "restart limit exceeded"
+    dropped = next(entry for entry in logs if entry["event"] == "actor dropped queued messages")
+    assert dropped["dropped"] == 2
     with pytest.raises(ActorStopped):
         actor.tell(Note())
 
@@ -483,8 +485,12 @@ async def test_stop_without_drain_rejects_the_queue_but_finishes_the_message_in_
     for i in range(20, 30):
         actor.tell(Note(i))
     assert actor.mailbox_size == 30
-    stopping = asyncio.create_task(actor.stop(drain=False))
-    await settle()
+    with capture_logs() as logs:
+        stopping = asyncio.create_task(actor.stop(drain=False))
+        await settle()
+    assert [(e["event"], e["dropped"]) for e in logs] == [
+        ("actor stopped with queued messages", 30)
+    ]
     assert not stopping.done()  # waits for the message in hand
     assert actor.mailbox_size == 0
     actor.gate.set()
@@ -550,7 +556,12 @@ async def test_stop_all_with_full_mailboxes_both_modes() -> None:
         actors = [system.spawn(Recorder(f"r{i}")) for i in range(50)]
         asks = [asyncio.create_task(a.ask(Note(i))) for a in actors for i in range(20)]
         await asyncio.sleep(0)  # the asks are queued; the actors have not run yet
-        await system.stop_all(drain=drain)
+        with capture_logs() as logs:
+            await system.stop_all(drain=drain)
+        # One summary line, not one per actor: shutdown must stay fast with many actors.
+        assert [(e["event"], e["dropped"]) for e in logs] == [
+            ("stopping all actors", 0 if drain else 1000)
+        ]
         results = await asyncio.gather(*asks, return_exceptions=True)
         handled = sum(len(a.handled) for a in actors)
         if drain:

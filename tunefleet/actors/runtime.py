@@ -141,7 +141,9 @@ class Actor:
         ActorStopped). The message being handled always finishes. Called from the
         actor's own receive it returns at once; the actor stops after that message.
         """
-        self._begin_stop(drain)
+        dropped = self._begin_stop(drain)
+        if dropped:
+            log.info("actor stopped with queued messages", actor=self.name, dropped=dropped)
         task = self._task
         if task is not None and task is not asyncio.current_task():
             # wait() rather than await: a cancelled caller must not cancel the actor.
@@ -258,37 +260,40 @@ class Actor:
             log.error("actor on_stop failed", actor=self.name, error=repr(error), exc_info=error)
         self._mark_stopped()
 
-    def _begin_stop(self, drain: bool) -> None:
+    def _begin_stop(self, drain: bool) -> int:
+        """Stop accepting; return how many queued messages were dropped (drain=False)."""
         if self._state in (_NEW, _STOPPED):
             self._state = _STOPPED
-            return
-        if not drain:
-            self._reject_queued("it was stopped")
+            return 0
+        dropped = 0 if drain else self._reject_queued("it was stopped")
         if self._state == _STOPPING:
-            return
+            return dropped
         self._state = _STOPPING
         if self._task is not None:
-            return  # the running task finishes the stop once the mailbox is empty
+            return dropped  # the running task finishes the stop once the mailbox is empty
         if type(self).on_stop is Actor.on_stop:
             self._mark_stopped()  # nothing to await: no task for an idle actor
         else:
             self._task = asyncio.create_task(self._finish(), name=self.name)
+        return dropped
 
     def _close(self, why: str) -> None:
         self._state = _STOPPING
-        self._reject_queued(why)
+        dropped = self._reject_queued(why)
+        if dropped:
+            log.warning("actor dropped queued messages", actor=self.name, why=why, dropped=dropped)
 
-    def _reject_queued(self, why: str) -> None:
+    def _reject_queued(self, why: str) -> int:
+        """Empty the mailbox, answering each waiting asker; return how many were dropped."""
         mailbox = self._mailbox
         if not mailbox:
-            return
-        rejected_asks = 0
+            return 0
+        dropped = len(mailbox)
         while mailbox:
             _, reply = mailbox.popleft()
             if reply is not None and not reply.done():
                 reply.set_exception(ActorStopped(self.name, why))
-                rejected_asks += 1
-        log.info("actor dropped queued messages", actor=self.name, why=why, asks=rejected_asks)
+        return dropped
 
     def _mark_stopped(self) -> None:
         self._state = _STOPPED
@@ -299,8 +304,8 @@ class Actor:
 
     def _abandon(self) -> None:
         """The task was cancelled (loop shutdown): nothing more can run, answer everyone."""
-        log.warning("actor task cancelled", actor=self.name, queued=self.mailbox_size)
-        self._reject_queued("its task was cancelled")
+        dropped = self._reject_queued("its task was cancelled")
+        log.warning("actor task cancelled", actor=self.name, dropped=dropped)
         self._mark_stopped()
 
     def _owner(self) -> ActorSystem:
@@ -364,7 +369,9 @@ class ActorSystem:
 
     def stop_soon(self, actor: Actor, drain: bool = True) -> None:
         """Begin stopping `actor` without waiting (safe from inside its own receive)."""
-        actor._begin_stop(drain)
+        dropped = actor._begin_stop(drain)
+        if dropped:
+            log.info("actor stopped with queued messages", actor=actor.name, dropped=dropped)
 
     async def stop_all(self, drain: bool = True) -> None:
         """Stop every actor at once; no spawn is accepted from now on.
@@ -375,8 +382,8 @@ class ActorSystem:
         """
         self._closing = True
         actors = list(self._actors.values())
-        for actor in actors:
-            actor._begin_stop(drain)
+        dropped = sum(actor._begin_stop(drain) for actor in actors)
+        log.info("stopping all actors", actors=len(actors), drain=drain, dropped=dropped)
         tasks = [actor._task for actor in actors if actor._task is not None]
         if tasks:
             await asyncio.wait(tasks)
