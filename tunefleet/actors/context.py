@@ -1,0 +1,49 @@
+"""What every orchestrator actor shares: settings, clock, storage, and each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tunefleet.actors.clock import Clock
+    from tunefleet.actors.events import EventHub
+    from tunefleet.actors.job_actor import JobActor
+    from tunefleet.actors.persistence import Persistence
+    from tunefleet.actors.runtime import ActorSystem
+    from tunefleet.actors.scheduler import Scheduler
+    from tunefleet.actors.supervisor import Supervisor
+    from tunefleet.actors.worker_actor import WorkerActor
+    from tunefleet.audit import AuditLog
+    from tunefleet.http.metrics import Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSettings:
+    heartbeat_timeout_s: float = 120.0
+    health_check_interval_s: float = 60.0
+    dispatch_ack_timeout_s: float = 60.0
+    cancel_grace_s: float = 60.0
+    never_connected_timeout_s: float = 600.0
+    ephemeral_retention_s: float = 3600.0
+    default_max_retries: int = 3
+    ping_interval_s: float = 15.0
+    # How long a worker stays unschedulable after its final report, if the response
+    # to that report is never confirmed written (see ReportWritten).
+    report_hold_s: float = 2.0
+    local_runner: bool = True
+
+
+@dataclass(slots=True)
+class FleetContext:
+    settings: FleetSettings
+    clock: Clock
+    system: ActorSystem
+    persistence: Persistence
+    audit: AuditLog
+    hub: EventHub
+    metrics: Metrics
+    scheduler: Scheduler = field(init=False)
+    supervisor: Supervisor = field(init=False)
+    workers: dict[str, WorkerActor] = field(default_factory=dict)
+    jobs: dict[str, JobActor] = field(default_factory=dict)

@@ -1,0 +1,358 @@
+"""Fleet: the orchestrator's facade. HTTP handlers call it; it turns each request
+into messages to the worker, job and scheduler actors, and builds the actors from
+storage when the orchestrator starts (so a restart loses nothing)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import structlog
+
+from tunefleet.actors import messages as m
+from tunefleet.actors.context import FleetContext
+from tunefleet.actors.job_actor import JobActor
+from tunefleet.actors.records import JobRecord, WorkerRecord
+from tunefleet.actors.scheduler import Scheduler
+from tunefleet.actors.stream import StreamConnection
+from tunefleet.actors.supervisor import Supervisor
+from tunefleet.actors.worker_actor import WorkerActor
+from tunefleet.audit import AuditKind
+from tunefleet.errors import Conflict, Forbidden, NotFound
+from tunefleet.fsm.job import JobState
+from tunefleet.fsm.worker import WorkerState
+
+log = structlog.get_logger(__name__)
+
+LOCAL_WORKER_ID = "w_local"
+
+
+def new_worker_id() -> str:
+    return "w_" + secrets.token_hex(6)
+
+
+def new_job_id() -> str:
+    return "j_" + secrets.token_hex(8)
+
+
+class Fleet:
+    def __init__(self, ctx: FleetContext) -> None:
+        self.ctx = ctx
+        self.worker_tokens: dict[str, str] = {}  # token hash → worker id
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def start(self, local_worker: WorkerRecord | None = None) -> None:
+        ctx = self.ctx
+        ctx.scheduler = ctx.system.spawn(Scheduler(ctx))
+        ctx.supervisor = ctx.system.spawn(Supervisor(ctx, self._remove_worker))
+        self.worker_tokens = await ctx.persistence.worker_token_hashes()
+        live_jobs = await ctx.persistence.load_live_jobs()
+        # The job table is the authority on who holds what: a dispatch is committed
+        # there first, so a worker row written a moment later may lag behind it.
+        holders = {
+            job.worker_id: job.job_id
+            for job in live_jobs
+            if job.state != JobState.PENDING and job.worker_id
+        }
+        for rec in await ctx.persistence.load_workers():
+            self._spawn_worker(rec, holds=holders.get(rec.worker_id))
+        if local_worker is not None:
+            await self._ensure_local_worker(local_worker)
+        for rec in live_jobs:
+            await self._restore_job(rec)
+        log.info(
+            "fleet restored",
+            workers=len(ctx.workers),
+            live_jobs=len(live_jobs),
+        )
+
+    async def stop(self) -> None:
+        await self.ctx.system.stop_all(drain=True)
+
+    def _spawn_worker(self, rec: WorkerRecord, holds: str | None = None) -> WorkerActor:
+        actor = WorkerActor(self.ctx, rec)
+        actor.current_job_id = holds
+        if holds is not None and actor.state == WorkerState.IDLE:
+            actor.state = WorkerState.BUSY
+        self.ctx.workers[rec.worker_id] = actor
+        self.ctx.system.spawn(actor)
+        return actor
+
+    async def _ensure_local_worker(self, rec: WorkerRecord) -> None:
+        existing = self.ctx.workers.get(rec.worker_id)
+        if existing is None:
+            await self.ctx.persistence.create_worker(rec, token_hash=None)
+            self._spawn_worker(rec)
+
+    async def _restore_job(self, rec: JobRecord) -> None:
+        actor = JobActor(self.ctx, rec)
+        self.ctx.jobs[rec.job_id] = actor
+        self.ctx.system.spawn(actor)
+        if rec.state == JobState.PENDING:
+            self.ctx.scheduler.tell(m.JobWaiting(actor.pending_view()))
+            return
+        worker = self.ctx.workers.get(rec.worker_id or "")
+        if worker is None:
+            actor.tell(m.WorkerLost(rec.worker_id or "?", "worker no longer exists"))
+            return
+        if rec.state == JobState.DISPATCHED:
+            # The push may not have reached the agent before the restart: send it again.
+            worker.tell(m.PushJob(rec.job_id, actor.submit_payload()))
+            actor.arm_ack_timer()
+        elif rec.state == JobState.RUNNING:
+            actor.arm_run_timer(elapsed_s=self.ctx.clock.time() - (rec.started_at or 0.0))
+
+    async def _remove_worker(self, worker_id: str, reason: str) -> None:
+        worker = self.ctx.workers.get(worker_id)
+        if worker is None:
+            return
+        await worker.ask(m.Retire(force=True))
+        self.ctx.workers.pop(worker_id, None)
+        self._forget_tokens(worker_id)
+        await self.ctx.persistence.delete_worker(worker_id)
+        await self.ctx.system.stop(worker)
+        await self.ctx.audit.record(
+            AuditKind.WORKER_DELETED, actor="supervisor", target=worker_id, reason=reason
+        )
+        self.ctx.hub.publish("worker_deleted", worker_id=worker_id)
+
+    def _forget_tokens(self, worker_id: str) -> None:
+        for token_hash in [h for h, w in self.worker_tokens.items() if w == worker_id]:
+            del self.worker_tokens[token_hash]
+
+    # --- lookups ------------------------------------------------------------------------
+
+    def worker(self, worker_id: str) -> WorkerActor:
+        actor = self.ctx.workers.get(worker_id)
+        if actor is None:
+            raise NotFound(f"Worker not found: {worker_id}")
+        return actor
+
+    def worker_for_token(self, token_hash: str) -> str | None:
+        return self.worker_tokens.get(token_hash)
+
+    # --- worker endpoints -----------------------------------------------------------------
+
+    async def register(self, worker_id: str, msg: m.Register) -> dict[str, Any]:
+        return await self.worker(worker_id).ask(msg)  # type: ignore[no-any-return]
+
+    async def open_stream(self, worker_id: str, last_event_id: int | None) -> StreamConnection:
+        conn = await self.worker(worker_id).ask(m.OpenStream(last_event_id))
+        return conn  # type: ignore[no-any-return]
+
+    def close_stream(self, worker_id: str, conn: StreamConnection) -> None:
+        worker = self.ctx.workers.get(worker_id)
+        if worker is not None and worker.alive:
+            worker.tell(m.CloseStream(conn.connection_id))
+
+    async def heartbeat(self, worker_id: str, msg: m.HeartbeatReceived) -> bool:
+        return await self.worker(worker_id).ask(msg)  # type: ignore[no-any-return]
+
+    async def report_status(
+        self, worker_id: str, job_id: str, msg: m.StatusReported
+    ) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        if job is not None:
+            return await job.ask(msg)  # type: ignore[no-any-return]
+        return await self._report_on_ended_job(worker_id, job_id, msg.status)
+
+    async def _report_on_ended_job(
+        self, worker_id: str, job_id: str, status: str
+    ) -> dict[str, Any]:
+        row = await self.ctx.persistence.job_summary(job_id)
+        if row is None:
+            raise NotFound(f"Job not found: {job_id}")
+        state, assigned, attempt_workers = row
+        if worker_id not in attempt_workers:
+            raise Forbidden("Worker not assigned to this job")
+        if assigned == worker_id and status == state:
+            return {"success": True}  # a retried final report: same answer as the first
+        if assigned == worker_id and status not in ("completed", "failed", "cancelled"):
+            return {"success": True, "status": state}
+        raise Conflict(f"job {job_id} is already {state}; stop reporting on it")
+
+    def report_written(self, worker_id: str, job_id: str) -> None:
+        worker = self.ctx.workers.get(worker_id)
+        if worker is not None and worker.alive:
+            worker.tell(m.ReportWritten(job_id))
+
+    async def report_logs(
+        self, worker_id: str, job_id: str, attempt: int | None, lines: list[dict[str, Any]]
+    ) -> int:
+        job = self.ctx.jobs.get(job_id)
+        if job is None:
+            row = await self.ctx.persistence.job_summary(job_id)
+            if row is None:
+                raise NotFound(f"Job not found: {job_id}")
+            if worker_id not in row[2]:
+                raise Forbidden("Worker not assigned to this job")
+        elif job.worker_id != worker_id and worker_id not in job.past_workers:
+            raise Forbidden("Worker not assigned to this job")
+        stored = await self.ctx.persistence.append_logs(job_id, attempt, lines)
+        self.ctx.hub.publish("job_logs", job_id=job_id, attempt=attempt, lines=lines)
+        return stored
+
+    async def has_work_for(self, worker_id: str) -> bool:
+        view = self.worker(worker_id).view()
+        return await self.ctx.scheduler.ask(m.HasWorkFor(view))  # type: ignore[no-any-return]
+
+    async def disconnect(self, worker_id: str) -> None:
+        await self.worker(worker_id).ask(m.Disconnected())
+
+    # --- admin -------------------------------------------------------------------------
+
+    async def list_workers(self, status: str | None = None) -> list[dict[str, Any]]:
+        snapshots = [w.snapshot() for w in self.ctx.workers.values()]
+        if status is not None:
+            snapshots = [s for s in snapshots if s["status"] == status]
+        snapshots.sort(key=lambda s: (s["created_at"] or "", s["worker_id"]))
+        return snapshots
+
+    async def get_worker(self, worker_id: str) -> dict[str, Any]:
+        return self.worker(worker_id).snapshot()
+
+    async def create_worker(
+        self, name: str, worker_type: str, labels: dict[str, str], token_hash: str, actor: str
+    ) -> dict[str, Any]:
+        rec = WorkerRecord(
+            worker_id=new_worker_id(),
+            name=name,
+            worker_type=worker_type,
+            state=WorkerState.CONNECTING,
+            labels=dict(labels),
+            created_at=self.ctx.clock.time(),
+        )
+        await self.ctx.persistence.create_worker(rec, token_hash=token_hash)
+        self.worker_tokens[token_hash] = rec.worker_id
+        actor_ = self._spawn_worker(rec)
+        await self.ctx.audit.record(
+            AuditKind.WORKER_CREATED,
+            actor=actor,
+            target=rec.worker_id,
+            name=name,
+            worker_type=worker_type,
+            labels=labels,
+        )
+        snapshot = actor_.snapshot()
+        self.ctx.hub.publish("worker", worker=snapshot)
+        return snapshot
+
+    async def drain(self, worker_id: str, actor: str) -> dict[str, Any]:
+        snapshot = await self.worker(worker_id).ask(m.Drain())
+        await self.ctx.audit.record(AuditKind.WORKER_DRAINED, actor=actor, target=worker_id)
+        return snapshot  # type: ignore[no-any-return]
+
+    async def resume(self, worker_id: str, actor: str) -> dict[str, Any]:
+        snapshot = await self.worker(worker_id).ask(m.Resume())
+        await self.ctx.audit.record(AuditKind.WORKER_RESUMED, actor=actor, target=worker_id)
+        return snapshot  # type: ignore[no-any-return]
+
+    async def rotate_token(self, worker_id: str, token_hash: str, actor: str) -> None:
+        worker = self.worker(worker_id)
+        if worker.rec.is_local:
+            raise Conflict("the built-in local worker has no token")
+        # Forget the old token first: from this instant it authenticates nothing.
+        self._forget_tokens(worker_id)
+        await self.ctx.persistence.set_worker_token(worker_id, token_hash)
+        self.worker_tokens[token_hash] = worker_id
+        await worker.ask(m.TokenRotated())
+        await self.ctx.audit.record(AuditKind.WORKER_TOKEN_ROTATED, actor=actor, target=worker_id)
+
+    async def delete_worker(self, worker_id: str, force: bool, actor: str) -> str | None:
+        worker = self.worker(worker_id)
+        if worker.rec.is_local:
+            raise Conflict(
+                "the built-in local worker cannot be deleted; start with --no-local-runner"
+            )
+        lost_job = await worker.ask(m.Retire(force=force))
+        self.ctx.workers.pop(worker_id, None)
+        self._forget_tokens(worker_id)
+        await self.ctx.persistence.delete_worker(worker_id)
+        await self.ctx.system.stop(worker)
+        await self.ctx.audit.record(
+            AuditKind.WORKER_DELETED, actor=actor, target=worker_id, force=force, job=lost_job
+        )
+        self.ctx.hub.publish("worker_deleted", worker_id=worker_id)
+        return lost_job  # type: ignore[no-any-return]
+
+    # --- queue -------------------------------------------------------------------------
+
+    async def submit(self, rec: JobRecord, actor: str) -> dict[str, Any]:
+        rec.job_id = new_job_id()
+        rec.state = JobState.PENDING
+        rec.submitted_by = actor
+        rec.submitted_at = self.ctx.clock.time()
+        rec.seq = await self.ctx.persistence.create_job(rec)
+        job = JobActor(self.ctx, rec)
+        self.ctx.jobs[rec.job_id] = job
+        self.ctx.system.spawn(job)
+        await self.ctx.audit.record(
+            AuditKind.JOB_SUBMITTED,
+            actor=actor,
+            target=rec.job_id,
+            config_name=rec.config_name,
+            target_kind=rec.target,
+        )
+        self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
+        reason = await self.ctx.scheduler.ask(m.ExplainWait(rec.job_id))
+        if reason is not None:
+            rec.wait_reason = reason
+            await self.ctx.persistence.save_wait_reason(rec.job_id, reason)
+        snapshot = await job.ask(m.Snapshot()) if job.alive else {"state": rec.state}
+        position = await self.position(rec.job_id)
+        self.ctx.hub.publish("job", job_id=rec.job_id, status=snapshot["state"])
+        return {
+            "success": True,
+            "job_id": rec.job_id,
+            "status": str(snapshot["state"]),
+            "allocated_worker_id": snapshot.get("worker_id"),
+            "queue_position": position["position"],
+            "reason": reason,
+            "error": None,
+        }
+
+    async def cancel(self, job_id: str, actor: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        if job is None:
+            row = await self.ctx.persistence.job_summary(job_id)
+            if row is None:
+                raise NotFound(f"Job not found: {job_id}")
+            raise Conflict(f"job {job_id} is already {row[0]}; nothing to cancel")
+        return await job.ask(m.CancelJob(f"cancelled by {actor}", actor))  # type: ignore[no-any-return]
+
+    async def position(self, job_id: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        if job is None:
+            row = await self.ctx.persistence.job_summary(job_id)
+            if row is None:
+                raise NotFound(f"Job not found: {job_id}")
+            return {"job_id": job_id, "position": None, "status": row[0], "reason": None}
+        if job.state != JobState.PENDING:
+            return {"job_id": job_id, "position": 0, "status": str(job.state), "reason": None}
+        order: list[str] = await self.ctx.scheduler.ask(m.QueueOrder())  # type: ignore[assignment]
+        reason = await self.ctx.scheduler.ask(m.ExplainWait(job_id))
+        position = order.index(job_id) + 1 if job_id in order else None
+        return {"job_id": job_id, "position": position, "status": "pending", "reason": reason}
+
+    async def wait_reason(self, job_id: str) -> str | None:
+        job = self.ctx.jobs.get(job_id)
+        if job is None or job.state != JobState.PENDING:
+            return None
+        return await self.ctx.scheduler.ask(m.ExplainWait(job_id))  # type: ignore[no-any-return]
+
+    async def stats(self) -> dict[str, Any]:
+        counts = await self.ctx.persistence.job_counts()
+        workers = {state.value: 0 for state in WorkerState}
+        for w in self.ctx.workers.values():
+            workers[w.state] = workers.get(w.state, 0) + 1
+        return {
+            "queue_depth": counts.get("pending", 0),
+            "dispatched": counts.get("dispatched", 0),
+            "running": counts.get("running", 0),
+            "completed": counts.get("completed", 0),
+            "failed": counts.get("failed", 0),
+            "cancelled": counts.get("cancelled", 0),
+            "avg_wait_seconds": await self.ctx.persistence.average_wait_s(),
+            "workers": {"total": len(self.ctx.workers), **workers},
+        }

@@ -1,0 +1,363 @@
+"""JobActor: one per non-terminal job. Owns the job lifecycle, attempts and retries,
+the assigned worker, progress and the timeline; stops when the job ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from tunefleet.actors import messages as m
+from tunefleet.actors.context import FleetContext
+from tunefleet.actors.matching import PendingJob
+from tunefleet.actors.records import JobRecord
+from tunefleet.actors.runtime import Actor
+from tunefleet.audit import AuditKind
+from tunefleet.errors import Conflict, Forbidden
+from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
+
+log = structlog.get_logger(__name__)
+
+# What agents say → what it means for the lifecycle. `training` is SimpleTuner's word.
+_RUNNING_WORDS = frozenset({"starting", "running", "training", "progress"})
+_TERMINAL_WORDS = frozenset({"completed", "failed", "cancelled"})
+
+
+class JobActor(JobFsmMixin, Actor):
+    def __init__(self, ctx: FleetContext, record: JobRecord) -> None:
+        Actor.__init__(self, f"job:{record.job_id}")
+        self.ctx = ctx
+        self.rec = record
+        self.job_id = record.job_id
+        self.state = record.state
+        self.attempts = record.attempts
+        self.max_retries = record.max_retries
+        self.worker_id: str | None = record.worker_id
+        self.past_workers: set[str] = set()
+        # Why the orchestrator asked the agent to stop ("cancelled by …" or "timeout").
+        self.stop_reason: str | None = None
+        self.stop_is_timeout = False
+        self.timers: list[Any] = []
+
+    @property
+    def config_name(self) -> str | None:
+        return self.rec.config_name
+
+    def pending_view(self) -> PendingJob:
+        return PendingJob(self.job_id, self.rec.priority, self.rec.seq, self.rec.requirements())
+
+    async def receive(self, message: object) -> object:
+        match message:
+            case m.StatusReported():
+                return await self.on_status(message)
+            case m.DispatchTo(worker_id=worker_id):
+                return await self.on_dispatch(worker_id)
+            case m.WorkerLost(worker_id=worker_id, reason=reason):
+                return await self.on_worker_lost(worker_id, reason)
+            case m.AckTimedOut(attempt=attempt):
+                return await self.on_ack_timeout(attempt)
+            case m.RunTimedOut(attempt=attempt):
+                return await self.on_run_timeout(attempt)
+            case m.CancelGraceExpired(attempt=attempt):
+                return await self.on_cancel_grace_expired(attempt)
+            case m.CancelJob(reason=reason, actor=actor):
+                return await self.on_cancel(reason, actor)
+            case m.Snapshot():
+                return self.snapshot()
+        raise TypeError(f"JobActor cannot handle {type(message).__name__}")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"state": self.state, "attempts": self.attempts, "worker_id": self.worker_id}
+
+    # --- dispatch ----------------------------------------------------------------------
+
+    async def on_dispatch(self, worker_id: str) -> None:
+        if self.state != JobState.PENDING:
+            return
+        worker = self.ctx.workers.get(worker_id)
+        if worker is None or not await worker.ask(m.ReserveForJob(self.job_id)):
+            self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
+            return
+        now = self.ctx.clock.time()
+        JOB_LIFECYCLE.fire(self, "dispatch")
+        self.worker_id = worker_id
+        self.rec.dispatched_at = now
+        self.rec.wait_reason = None
+        try:
+            await self.ctx.persistence.commit_dispatch(self._sync(), worker_id, self.attempts, now)
+        except Exception:
+            # Nothing was recorded: undo in memory and let the scheduler try again.
+            self.state, self.attempts, self.worker_id = JobState.PENDING, self.attempts - 1, None
+            worker.tell(m.CancelReservation(self.job_id))
+            self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
+            raise
+        self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
+        worker.tell(m.PushJob(self.job_id, self.submit_payload()))
+        self.arm_ack_timer()
+        await self.ctx.audit.record(
+            AuditKind.JOB_DISPATCHED,
+            actor="scheduler",
+            target=self.job_id,
+            worker_id=worker_id,
+            attempt=self.attempts,
+        )
+        self._publish()
+
+    def submit_payload(self) -> dict[str, Any]:
+        rec = self.rec
+        return {
+            "job_id": self.job_id,
+            "config": rec.config,
+            "dataloader": rec.dataloader,
+            "provider": None,
+            # SimpleTuner's agent reads these unconditionally; the token must be a string.
+            "upload_endpoint": "",
+            "upload_token": "",
+            "hf_token": None,
+            "config_name": rec.config_name,
+            "attempt": self.attempts,
+            "command": rec.command,
+            "env": rec.env,
+            "requirements": {
+                "target": rec.target,
+                "gpu_count": rec.gpu_count,
+                "min_vram_gb": rec.min_vram_gb,
+                "gpu_name": rec.gpu_name,
+                "worker_labels": rec.worker_labels,
+            },
+        }
+
+    def _queued_at(self) -> float:
+        return self.rec.finished_at or self.rec.submitted_at
+
+    # --- reports from the worker -------------------------------------------------------
+
+    async def on_status(self, msg: m.StatusReported) -> dict[str, Any]:
+        if msg.worker_id != self.worker_id:
+            if msg.worker_id in self.past_workers:
+                raise Conflict(
+                    f"job {self.job_id} was reassigned after this worker lost it; abandon it"
+                )
+            raise Forbidden("Worker not assigned to this job")
+        now = self.ctx.clock.time()
+        word = msg.status
+        if self.state == JobState.DISPATCHED:
+            await self._acknowledge(now)
+        if msg.progress:
+            self.rec.progress = {**(self.rec.progress or {}), **msg.progress}
+        if word in _RUNNING_WORDS:
+            if msg.progress:
+                await self.ctx.persistence.save_progress(self.job_id, self.rec.progress, now)
+                self.ctx.hub.publish("job_progress", job_id=self.job_id, progress=self.rec.progress)
+            return {"success": True}
+        if word not in _TERMINAL_WORDS:
+            return {"success": True}
+        await self._finish_from_report(word, msg.error, now)
+        return {"success": True, "release_hold": True}
+
+    async def _acknowledge(self, now: float) -> None:
+        JOB_LIFECYCLE.fire(self, "start")
+        self.rec.started_at = now
+        self._cancel_timers()
+        await self.ctx.persistence.commit_start(self.job_id, self.attempts, self.worker_id, now)
+        if self.worker_id and (worker := self.ctx.workers.get(self.worker_id)) is not None:
+            worker.tell(m.JobAcknowledged(self.job_id))
+        self.arm_run_timer(elapsed_s=0.0)
+        if self.stop_reason is not None and self.worker_id:
+            # Cancelled while dispatched: the agent has it now, so tell it again.
+            self._tell_worker(m.PushCancel(self.job_id, self.stop_reason))
+        self._publish()
+
+    async def _finish_from_report(self, word: str, error: str | None, now: float) -> None:
+        if word == "completed":
+            await self._end("complete", JobState.COMPLETED, None, now)
+        elif word == "failed":
+            await self._end("fail", JobState.FAILED, error or "the trainer reported a failure", now)
+        elif self.stop_is_timeout:
+            await self._end("fail", JobState.FAILED, self.stop_reason, now)
+        elif self.stop_reason is not None:
+            await self._end("cancel", JobState.CANCELLED, self.stop_reason, now)
+        else:
+            # The agent stopped the job on its own (it is shutting down): not the job's fault.
+            await self._requeue_or_fail(f"worker {self.worker_id} stopped the job: {error}", now)
+            return
+        self._release_worker(hold=True)
+        await self._stop_self()
+
+    # --- losses, timeouts, cancel --------------------------------------------------------
+
+    async def on_worker_lost(self, worker_id: str, reason: str) -> None:
+        if worker_id != self.worker_id or self.state not in (
+            JobState.DISPATCHED,
+            JobState.RUNNING,
+        ):
+            return
+        now = self.ctx.clock.time()
+        if self.stop_reason is not None:
+            kind, dest = (
+                ("fail", JobState.FAILED)
+                if self.stop_is_timeout
+                else ("cancel", JobState.CANCELLED)
+            )
+            await self._end(kind, dest, self.stop_reason, now)
+            await self._stop_self()
+            return
+        await self._requeue_or_fail(reason, now)
+
+    async def on_ack_timeout(self, attempt: int) -> None:
+        if self.state != JobState.DISPATCHED or attempt != self.attempts:
+            return
+        worker_id = self.worker_id
+        reason = (
+            f"worker {worker_id} did not acknowledge the dispatch within "
+            f"{self.ctx.settings.dispatch_ack_timeout_s:g} s"
+        )
+        self._tell_worker(m.PushCancel(self.job_id, "dispatch not acknowledged"))
+        self._release_worker(hold=False)
+        await self._requeue_or_fail(reason, self.ctx.clock.time())
+
+    async def on_run_timeout(self, attempt: int) -> None:
+        if self.state != JobState.RUNNING or attempt != self.attempts:
+            return
+        self.stop_reason = f"exceeded its timeout of {self.rec.timeout_minutes:g} minutes"
+        self.stop_is_timeout = True
+        await self._ask_worker_to_stop()
+
+    async def on_cancel(self, reason: str, actor: str) -> dict[str, Any]:
+        if self.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED):
+            raise Conflict(f"job {self.job_id} is already {self.state}; nothing to cancel")
+        await self.ctx.audit.record(AuditKind.JOB_CANCELLED, actor=actor, target=self.job_id)
+        if self.state == JobState.PENDING:
+            self.ctx.scheduler.tell(m.JobGone(self.job_id))
+            await self._end("cancel", JobState.CANCELLED, reason, self.ctx.clock.time())
+            await self._stop_self()
+            return {"success": True, "job_id": self.job_id, "status": self.state}
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            await self._ask_worker_to_stop()
+        return {"success": True, "job_id": self.job_id, "status": "cancelling"}
+
+    async def _ask_worker_to_stop(self) -> None:
+        self._tell_worker(m.PushCancel(self.job_id, self.stop_reason or "cancelled"))
+        self._arm(self.ctx.settings.cancel_grace_s, m.CancelGraceExpired(self.attempts))
+        self._publish()
+
+    async def on_cancel_grace_expired(self, attempt: int) -> None:
+        if attempt != self.attempts or self.state not in (JobState.DISPATCHED, JobState.RUNNING):
+            return
+        # The agent never confirmed; end the job here and free the worker.
+        now = self.ctx.clock.time()
+        reason = f"{self.stop_reason} (the worker did not confirm the stop)"
+        if self.stop_is_timeout:
+            await self._end("fail", JobState.FAILED, reason, now)
+        else:
+            await self._end("cancel", JobState.CANCELLED, reason, now)
+        self._release_worker(hold=False)
+        await self._stop_self()
+
+    # --- common endings ------------------------------------------------------------------
+
+    async def _requeue_or_fail(self, reason: str, now: float) -> None:
+        worker_id = self.worker_id
+        new_state = JOB_LIFECYCLE.fire(self, "lose")
+        self._cancel_timers()
+        if worker_id:
+            self.past_workers.add(worker_id)
+        self.worker_id = None
+        if new_state == JobState.PENDING:
+            self.rec.finished_at = now  # the wait for the next dispatch starts now
+            self.rec.progress = None
+            await self.ctx.persistence.commit_requeue(
+                self.job_id, self.attempts, worker_id, reason, now
+            )
+            self.ctx.metrics.requeues.labels(reason=_reason_kind(reason)).inc()
+            await self.ctx.audit.record(
+                AuditKind.JOB_REQUEUED, actor="supervisor", target=self.job_id, reason=reason
+            )
+            self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
+            self._publish()
+            return
+        error = f"{reason}; no retries left (max_retries={self.max_retries})"
+        await self._record_end(JobState.FAILED, error, now, worker_id)
+        await self._stop_self()
+
+    async def _end(self, trigger: str, dest: JobState, reason: str | None, now: float) -> None:
+        JOB_LIFECYCLE.fire(self, trigger)
+        self._cancel_timers()
+        await self._record_end(dest, reason, now, self.worker_id)
+
+    async def _record_end(
+        self, dest: JobState, reason: str | None, now: float, worker_id: str | None
+    ) -> None:
+        self.rec.finished_at = now
+        self.rec.error = reason if dest != JobState.COMPLETED else None
+        await self.ctx.persistence.commit_end(
+            self.job_id, dest, self.attempts, worker_id, reason, now, self.rec.progress
+        )
+        self.ctx.metrics.jobs_finished.labels(outcome=str(dest)).inc()
+        await self.ctx.audit.record(
+            f"job.{dest}", actor=worker_id or "orchestrator", target=self.job_id, reason=reason
+        )
+        log.info("job ended", job_id=self.job_id, state=str(dest), reason=reason)
+
+    def _release_worker(self, *, hold: bool) -> None:
+        self._tell_worker(m.JobReleased(self.job_id, hold_until_report_written=hold))
+
+    def _tell_worker(self, message: object) -> None:
+        if self.worker_id and (worker := self.ctx.workers.get(self.worker_id)) is not None:
+            worker.tell(message)
+
+    async def _stop_self(self) -> None:
+        self._cancel_timers()
+        self.ctx.jobs.pop(self.job_id, None)
+        self._publish()
+        self.ctx.system.stop_soon(self)
+
+    def arm_ack_timer(self) -> None:
+        self._arm(self.ctx.settings.dispatch_ack_timeout_s, m.AckTimedOut(self.attempts))
+
+    def arm_run_timer(self, elapsed_s: float) -> None:
+        if self.rec.timeout_minutes:
+            remaining = max(0.0, self.rec.timeout_minutes * 60.0 - elapsed_s)
+            self._arm(remaining, m.RunTimedOut(self.attempts))
+
+    def _arm(self, delay_s: float, message: object) -> None:
+        self.timers.append(
+            self.ctx.clock.call_later(delay_s, lambda: self.alive and self.tell(message))
+        )
+
+    def _cancel_timers(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+        self.timers.clear()
+
+    def _sync(self) -> JobRecord:
+        self.rec.state = self.state
+        self.rec.attempts = self.attempts
+        self.rec.worker_id = self.worker_id
+        return self.rec
+
+    def _publish(self) -> None:
+        self._sync()
+        self.ctx.hub.publish(
+            "job",
+            job_id=self.job_id,
+            status=str(self.state),
+            worker_id=self.worker_id,
+            attempt=self.attempts,
+            progress=self.rec.progress,
+            error=self.rec.error,
+        )
+
+
+def _reason_kind(reason: str) -> str:
+    for needle, kind in (
+        ("heartbeat", "heartbeat_timeout"),
+        ("acknowledge", "ack_timeout"),
+        ("disconnected", "disconnected"),
+        ("deleted", "deleted"),
+        ("stopped the job", "agent_stopped"),
+    ):
+        if needle in reason:
+            return kind
+    return "other"

@@ -1,0 +1,171 @@
+"""The local runner: `target: local` jobs run on the orchestrator's own GPUs.
+
+It is the built-in worker ``w_local``, an in-process agent: it registers, reads its
+stream and reports exactly as a remote agent does, through the same Fleet calls, so
+one lifecycle, one scheduler and one set of tests serve both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import Any
+
+import structlog
+
+from tunefleet.actors import messages as m
+from tunefleet.actors.fleet import LOCAL_WORKER_ID, Fleet
+from tunefleet.actors.records import WorkerRecord
+from tunefleet.actors.stream import StreamConnection, StreamEvent
+from tunefleet.agent.executor import (
+    JobExecutor,
+    JobOutcome,
+    JobSpec,
+    LogBatch,
+    ProgressReported,
+)
+from tunefleet.agent.gpu import GpuInventory
+
+log = structlog.get_logger(__name__)
+
+
+def local_worker_record(inventory: GpuInventory, now: float) -> WorkerRecord:
+    fields = inventory.register_fields()
+    return WorkerRecord(
+        worker_id=LOCAL_WORKER_ID,
+        name="local",
+        worker_type="persistent",
+        state="connecting",
+        is_local=True,
+        labels={"location": "orchestrator"},
+        gpu_info=dict(fields.get("gpu_info") or {}),
+        gpu_count=inventory.count,
+        gpu_name=inventory.name,
+        gpu_vram_gb=inventory.vram_gb,
+        accelerator_type=inventory.accelerator,
+        created_at=now,
+    )
+
+
+class LocalRunner:
+    def __init__(
+        self,
+        fleet: Fleet,
+        executor: JobExecutor,
+        inventory: GpuInventory,
+        heartbeat_interval_s: float = 30.0,
+    ) -> None:
+        self.fleet = fleet
+        self.executor = executor
+        self.inventory = inventory
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self._tasks: list[asyncio.Task[None]] = []
+        self._job_task: asyncio.Task[None] | None = None
+        self._current: str | None = None
+        self._progress: dict[str, Any] | None = None
+
+    async def start(self) -> None:
+        fields = self.inventory.register_fields()
+        await self.fleet.register(
+            LOCAL_WORKER_ID,
+            m.Register(
+                name="local",
+                gpu=dict(fields.get("gpu_info") or {}),
+                persistent=True,
+                agent_labels={},
+                current_job_id=None,
+                provider=None,
+                hostname=socket.gethostname(),
+                client_address="local",
+            ),
+        )
+        conn = await self.fleet.open_stream(LOCAL_WORKER_ID, None)
+        self._tasks = [
+            asyncio.create_task(self._read(conn), name="local-runner-stream"),
+            asyncio.create_task(self._heartbeats(), name="local-runner-heartbeat"),
+        ]
+
+    async def stop(self) -> None:
+        if self._current is not None:
+            await self.executor.cancel("orchestrator shutting down")
+        if self._job_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._job_task, timeout=30)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _heartbeats(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self.fleet.heartbeat(
+                    LOCAL_WORKER_ID,
+                    m.HeartbeatReceived(
+                        status="busy" if self._current else "idle",
+                        current_job_id=self._current,
+                        job_progress=self._progress,
+                        gpu_utilization=None,
+                        vram_used_gb=None,
+                    ),
+                )
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    async def _read(self, conn: StreamConnection) -> None:
+        while True:
+            event = await conn.queue.get()
+            if event is None:
+                return
+            await self._on_event(event)
+
+    async def _on_event(self, event: StreamEvent) -> None:
+        data = event.data
+        if event.type == "job_submit" and self._current is None:
+            self._current = str(data["job_id"])
+            self._job_task = asyncio.create_task(self._run(data), name=f"local-job-{self._current}")
+        elif event.type == "job_cancel" and data.get("job_id") == self._current:
+            await self.executor.cancel(str(data.get("reason") or "cancelled"))
+
+    async def _run(self, data: dict[str, Any]) -> None:
+        job_id = str(data["job_id"])
+        spec = JobSpec(
+            job_id=job_id,
+            attempt=int(data.get("attempt") or 1),
+            config=dict(data.get("config") or {}),
+            dataloader=data.get("dataloader"),
+            command=data.get("command"),
+            env=dict(data.get("env") or {}),
+        )
+        try:
+            await self._report(job_id, "starting", None, None)
+
+            async def on_event(ev: object) -> None:
+                if isinstance(ev, ProgressReported):
+                    self._progress = ev.progress
+                    await self._report(job_id, "running", ev.progress, None)
+                elif isinstance(ev, LogBatch):
+                    lines = [
+                        {"seq": ln.seq, "stream": ln.stream, "line": ln.line, "at": ln.at}
+                        for ln in ev.lines
+                    ]
+                    await self.fleet.report_logs(LOCAL_WORKER_ID, job_id, spec.attempt, lines)
+
+            outcome: JobOutcome = await self.executor.run(spec, on_event)
+            await self._report(job_id, outcome.status, self._progress, outcome.error)
+        except Exception as error:
+            log.exception("local job failed to run", job_id=job_id)
+            with contextlib.suppress(Exception):
+                await self._report(job_id, "failed", None, f"local runner error: {error}")
+        finally:
+            self._current = None
+            self._progress = None
+            self.fleet.report_written(LOCAL_WORKER_ID, job_id)
+
+    async def _report(
+        self, job_id: str, status: str, progress: dict[str, Any] | None, error: str | None
+    ) -> None:
+        await self.fleet.report_status(
+            LOCAL_WORKER_ID, job_id, m.StatusReported(LOCAL_WORKER_ID, status, progress, error)
+        )

@@ -1,0 +1,221 @@
+"""Messages between the orchestrator's actors: small frozen facts and commands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tunefleet.actors.matching import PendingJob, WorkerView
+
+# --- to a WorkerActor -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Register:
+    """The agent (re)registered. The reply is the protocol's register response."""
+
+    name: str
+    gpu: dict[str, Any]
+    persistent: bool | None
+    agent_labels: dict[str, str]
+    current_job_id: str | None
+    provider: str | None
+    hostname: str | None
+    client_address: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStream:
+    """An SSE stream opened; the reply is the StreamConnection to read from."""
+
+    last_event_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CloseStream:
+    connection_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReceived:
+    status: str | None
+    current_job_id: str | None
+    job_progress: dict[str, Any] | None
+    gpu_utilization: list[float] | None
+    vram_used_gb: list[float] | None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatExpired:
+    """The supervisor's deadline passed without a heartbeat."""
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnected:
+    """The agent said goodbye (POST /api/workers/disconnect)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveForJob:
+    """The job actor asks for this worker; the reply is True when it may dispatch."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReservation:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PushJob:
+    """The dispatch is committed: put job_submit on the stream."""
+
+    job_id: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PushCancel:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobAcknowledged:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobReleased:
+    """The worker's job ended (or was taken away); it may go back to idle."""
+
+    job_id: str
+    hold_until_report_written: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReportWritten:
+    """The response to the agent's final report is on the wire: dispatch may resume."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRotated:
+    """The old token is gone: close its open stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateLabels:
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Reply: the worker's public view (a dict for the API)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retire:
+    """The worker is being deleted: close the stream, drop the job if forced."""
+
+    force: bool
+
+
+# --- to a JobActor ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchTo:
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReported:
+    worker_id: str
+    status: str
+    progress: dict[str, Any] | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLost:
+    worker_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AckTimedOut:
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunTimedOut:
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelGraceExpired:
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelJob:
+    reason: str
+    actor: str
+
+
+# --- to the Scheduler -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobWaiting:
+    job: PendingJob
+
+
+@dataclass(frozen=True, slots=True)
+class JobGone:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerChanged:
+    """A worker's availability or capabilities changed. ``view`` is None once the worker
+    is offline or deleted; ``schedulable`` says whether it may take a job right now."""
+
+    worker_id: str
+    view: WorkerView | None
+    schedulable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePass:
+    """Run one matching pass (coalesced; sent by the scheduler to itself)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HasWorkFor:
+    """Reply: whether a pending job would qualify for this worker."""
+
+    worker: WorkerView
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainWait:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOrder:
+    """Reply: pending job ids in the order they will be considered."""

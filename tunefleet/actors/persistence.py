@@ -1,0 +1,289 @@
+"""The durable writes the orchestrator's actors ask for, each one transaction.
+
+Actors speak in domain steps (a dispatch, an acknowledgement, a requeue, an end);
+this module turns each step into compare-and-set updates plus the attempt and
+timeline rows that go with it, so a step is recorded whole or not at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tunefleet.actors.records import JobRecord, WorkerRecord
+from tunefleet.errors import Conflict
+from tunefleet.storage.rows import JobRow, WorkerRow
+from tunefleet.storage.store import Repos, Store
+
+_LIVE = ("pending", "dispatched", "running")
+
+
+@dataclass(frozen=True, slots=True)
+class _LogLine:
+    seq: int
+    stream: str
+    line: str
+    at: float
+
+
+def worker_record(row: WorkerRow) -> WorkerRecord:
+    return WorkerRecord(
+        worker_id=row.id,
+        name=row.name,
+        worker_type=row.worker_type,
+        state=row.state,
+        drain_requested=row.drain_requested,
+        is_local=row.is_local,
+        labels=dict(row.labels),
+        agent_labels=dict(row.agent_labels),
+        gpu_info=dict(row.gpu_info),
+        gpu_count=row.gpu_count,
+        gpu_name=row.gpu_name,
+        gpu_vram_gb=row.gpu_vram_gb,
+        accelerator_type=row.accelerator_type,
+        provider=row.provider,
+        current_job_id=row.current_job_id,
+        persistent_agent=row.persistent_agent,
+        hostname=row.hostname,
+        client_address=row.client_address,
+        last_event_id=row.last_event_id,
+        gpu_utilization=list(row.gpu_utilization),
+        vram_used_gb=list(row.vram_used_gb),
+        last_heartbeat_at=row.last_heartbeat_at,
+        connected_at=row.connected_at,
+        last_seen_at=row.last_seen_at,
+        offline_at=row.offline_at,
+        created_at=row.created_at,
+    )
+
+
+def job_record(row: JobRow) -> JobRecord:
+    return JobRecord(
+        job_id=row.id,
+        seq=row.seq,
+        state=row.state,
+        target=row.target,
+        config=dict(row.config),
+        config_name=row.config_name,
+        name=row.name,
+        dataloader=row.dataloader,
+        command=list(row.command) if row.command is not None else None,
+        env=dict(row.env),
+        worker_labels=dict(row.worker_labels),
+        gpu_count=row.gpu_count,
+        min_vram_gb=row.min_vram_gb,
+        gpu_name=row.gpu_name,
+        priority=row.priority,
+        max_retries=row.max_retries,
+        attempts=row.attempts,
+        timeout_minutes=row.timeout_minutes,
+        worker_id=row.worker_id,
+        submitted_by=row.submitted_by,
+        submitted_at=row.submitted_at,
+        dispatched_at=row.dispatched_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        progress=dict(row.progress) if row.progress else None,
+        error=row.error,
+        wait_reason=row.wait_reason,
+    )
+
+
+class Persistence:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # --- loading at start ---------------------------------------------------------------
+
+    async def load_workers(self) -> list[WorkerRecord]:
+        return [worker_record(row) for row in await self.store.list_workers()]
+
+    async def load_live_jobs(self) -> list[JobRecord]:
+        return [job_record(row) for row in await self.store.nonterminal_jobs()]
+
+    async def worker_token_hashes(self) -> dict[str, str]:
+        return {t.token_hash: t.worker_id for t in await self.store.list_worker_tokens()}
+
+    # --- workers ------------------------------------------------------------------------
+
+    async def create_worker(self, rec: WorkerRecord, token_hash: str | None) -> None:
+        await self.store.create_worker(
+            rec.worker_id,
+            name=rec.name,
+            worker_type=rec.worker_type,
+            state=rec.state,
+            token_hash=token_hash,
+            is_local=rec.is_local,
+            labels=rec.labels,
+            gpu_info=rec.gpu_info,
+            gpu_count=rec.gpu_count,
+            gpu_name=rec.gpu_name,
+            gpu_vram_gb=rec.gpu_vram_gb,
+            accelerator_type=rec.accelerator_type,
+        )
+
+    async def save_worker_state(
+        self, worker_id: str, expected: str, state: str, **fields: Any
+    ) -> bool:
+        """Compare-and-set: False when storage no longer holds ``expected``."""
+        return await self.store.cas_worker_state(worker_id, expected, state, **fields)
+
+    async def save_heartbeat(self, rec: WorkerRecord) -> None:
+        await self.store.update_worker(
+            rec.worker_id,
+            last_heartbeat_at=rec.last_heartbeat_at,
+            last_seen_at=rec.last_seen_at,
+            gpu_utilization=rec.gpu_utilization,
+            vram_used_gb=rec.vram_used_gb,
+        )
+
+    async def save_worker_event_id(self, worker_id: str, last_event_id: int) -> None:
+        await self.store.update_worker(worker_id, last_event_id=last_event_id)
+
+    async def set_worker_token(self, worker_id: str, token_hash: str) -> None:
+        await self.store.set_worker_token(worker_id, token_hash)
+
+    async def delete_worker(self, worker_id: str) -> None:
+        await self.store.delete_worker(worker_id)
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    async def create_job(self, rec: JobRecord) -> int:
+        def create(repos: Repos) -> int:
+            row = repos.jobs.create(
+                rec.job_id,
+                config=rec.config,
+                name=rec.name,
+                config_name=rec.config_name,
+                dataloader=rec.dataloader,
+                command=rec.command,
+                env=rec.env,
+                target=rec.target,
+                worker_labels=rec.worker_labels,
+                gpu_count=rec.gpu_count,
+                min_vram_gb=rec.min_vram_gb,
+                gpu_name=rec.gpu_name,
+                priority=rec.priority,
+                max_retries=rec.max_retries,
+                timeout_minutes=rec.timeout_minutes,
+                submitted_by=rec.submitted_by,
+                submitted_at=rec.submitted_at,
+            )
+            repos.jobs.append_event(
+                rec.job_id,
+                "submitted",
+                detail={"by": rec.submitted_by, "target": rec.target},
+                at=rec.submitted_at,
+            )
+            return row.seq
+
+        return await self.store.atomically(create)
+
+    async def save_wait_reason(self, job_id: str, reason: str) -> None:
+        await self.store.update_job(job_id, wait_reason=reason)
+
+    async def commit_dispatch(
+        self, rec: JobRecord, worker_id: str, attempt: int, now: float
+    ) -> None:
+        def dispatch(repos: Repos) -> None:
+            moved = repos.jobs.cas_state(
+                rec.job_id,
+                "pending",
+                "dispatched",
+                worker_id=worker_id,
+                attempts=attempt,
+                dispatched_at=now,
+                wait_reason=None,
+            )
+            if not moved:
+                raise Conflict(f"job {rec.job_id} is no longer pending")
+            repos.jobs.start_attempt(rec.job_id, attempt, worker_id=worker_id, dispatched_at=now)
+            repos.jobs.append_event(
+                rec.job_id, "dispatched", worker_id=worker_id, attempt=attempt, at=now
+            )
+
+        await self.store.atomically(dispatch)
+
+    async def commit_start(
+        self, job_id: str, attempt: int, worker_id: str | None, now: float
+    ) -> None:
+        def start(repos: Repos) -> None:
+            repos.jobs.cas_state(job_id, "dispatched", "running", started_at=now)
+            repos.jobs.ack_attempt(job_id, attempt, started_at=now)
+            repos.jobs.append_event(job_id, "started", worker_id=worker_id, attempt=attempt, at=now)
+
+        await self.store.atomically(start)
+
+    async def save_progress(self, job_id: str, progress: dict[str, Any] | None, now: float) -> None:
+        await self.store.update_job(job_id, progress=progress)
+
+    async def commit_requeue(
+        self, job_id: str, attempt: int, worker_id: str | None, reason: str, now: float
+    ) -> None:
+        def requeue(repos: Repos) -> None:
+            repos.jobs.cas_state(
+                job_id, ("dispatched", "running"), "pending", worker_id=None, progress=None
+            )
+            repos.jobs.end_attempt(job_id, attempt, outcome="lost", reason=reason, ended_at=now)
+            repos.jobs.append_event(
+                job_id,
+                "requeued",
+                worker_id=worker_id,
+                attempt=attempt,
+                detail={"reason": reason},
+                at=now,
+            )
+
+        await self.store.atomically(requeue)
+
+    async def commit_end(
+        self,
+        job_id: str,
+        state: str,
+        attempt: int,
+        worker_id: str | None,
+        reason: str | None,
+        now: float,
+        progress: dict[str, Any] | None,
+    ) -> None:
+        def end(repos: Repos) -> None:
+            repos.jobs.cas_state(
+                job_id, _LIVE, state, finished_at=now, error=reason, progress=progress
+            )
+            if attempt > 0:
+                repos.jobs.end_attempt(job_id, attempt, outcome=state, reason=reason, ended_at=now)
+            repos.jobs.append_event(
+                job_id,
+                str(state),
+                worker_id=worker_id,
+                attempt=attempt or None,
+                detail={"reason": reason} if reason else {},
+                at=now,
+            )
+
+        await self.store.atomically(end)
+
+    async def job_summary(self, job_id: str) -> tuple[str, str | None, set[str]] | None:
+        """(state, assigned worker, every worker that had an attempt) of a stored job."""
+        row = await self.store.get_job(job_id)
+        if row is None:
+            return None
+        attempts = await self.store.list_attempts(job_id)
+        return row.state, row.worker_id, {a.worker_id for a in attempts if a.worker_id}
+
+    async def append_logs(
+        self, job_id: str, attempt: int | None, lines: list[dict[str, Any]]
+    ) -> int:
+        batch = [
+            _LogLine(int(ln["seq"]), ln["stream"], ln["line"], float(ln["at"])) for ln in lines
+        ]
+        return await self.store.append_logs(job_id, attempt or 1, batch)
+
+    async def job_counts(self) -> dict[str, int]:
+        return await self.store.job_counts()
+
+    async def average_wait_s(self, sample: int = 200) -> float | None:
+        """Mean time from submission to first dispatch over the most recent jobs."""
+        rows = await self.store.list_jobs(limit=sample)
+        waits = [r.dispatched_at - r.submitted_at for r in rows if r.dispatched_at is not None]
+        return round(sum(waits) / len(waits), 3) if waits else None

@@ -1,0 +1,189 @@
+"""In-memory copies of the worker and job rows that actors keep, and their API views."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from tunefleet.actors.matching import Requirements, WorkerView
+
+if TYPE_CHECKING:
+    from tunefleet.actors import messages as m
+
+
+def iso(ts: float | None) -> str | None:
+    """Unix seconds → ISO 8601 UTC with a Z, as the seed's examples show."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    worker_id: str
+    name: str
+    worker_type: str
+    state: str
+    drain_requested: bool = False
+    is_local: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    agent_labels: dict[str, str] = field(default_factory=dict)
+    gpu_info: dict[str, Any] = field(default_factory=dict)
+    gpu_count: int = 0
+    gpu_name: str | None = None
+    gpu_vram_gb: float | None = None
+    accelerator_type: str | None = None
+    provider: str | None = None
+    current_job_id: str | None = None
+    persistent_agent: bool | None = None
+    hostname: str | None = None
+    client_address: str | None = None
+    last_event_id: int = 0
+    gpu_utilization: list[float] = field(default_factory=list)
+    vram_used_gb: list[float] = field(default_factory=list)
+    last_heartbeat_at: float | None = None
+    connected_at: float | None = None
+    last_seen_at: float | None = None
+    offline_at: float | None = None
+    created_at: float = 0.0
+    job_progress: dict[str, Any] | None = None
+
+    def effective_labels(self) -> dict[str, str]:
+        # What an admin assigned wins over what the agent claims about itself.
+        return {**self.agent_labels, **self.labels}
+
+    def view(self) -> WorkerView:
+        return WorkerView(
+            worker_id=self.worker_id,
+            is_local=self.is_local,
+            labels=self.effective_labels(),
+            gpu_count=self.gpu_count,
+            gpu_vram_gb=self.gpu_vram_gb,
+            gpu_name=self.gpu_name,
+        )
+
+    def apply_registration(self, msg: m.Register, now: float) -> None:
+        gpu = msg.gpu
+        self.gpu_info = dict(gpu)
+        self.gpu_count = int(gpu.get("count") or 0)
+        self.gpu_name = gpu.get("name")
+        self.gpu_vram_gb = gpu.get("vram_gb")
+        self.accelerator_type = gpu.get("accelerator")
+        self.agent_labels = dict(msg.agent_labels)
+        self.persistent_agent = msg.persistent
+        self.provider = msg.provider
+        self.hostname = msg.hostname
+        self.client_address = msg.client_address
+        self.connected_at = now
+        self.last_heartbeat_at = now
+        self.last_seen_at = now
+        self.offline_at = None
+
+    def registration_fields(self) -> dict[str, Any]:
+        return {
+            "gpu_info": self.gpu_info,
+            "gpu_count": self.gpu_count,
+            "gpu_name": self.gpu_name,
+            "gpu_vram_gb": self.gpu_vram_gb,
+            "accelerator_type": self.accelerator_type,
+            "agent_labels": self.agent_labels,
+            "persistent_agent": self.persistent_agent,
+            "provider": self.provider,
+            "hostname": self.hostname,
+            "client_address": self.client_address,
+            "offline_at": None,
+        }
+
+    def apply_heartbeat(self, msg: m.HeartbeatReceived, now: float) -> None:
+        self.last_heartbeat_at = now
+        self.last_seen_at = now
+        if msg.gpu_utilization is not None:
+            self.gpu_utilization = list(msg.gpu_utilization)
+        if msg.vram_used_gb is not None:
+            self.vram_used_gb = list(msg.vram_used_gb)
+        self.job_progress = msg.job_progress
+
+    def public(
+        self,
+        *,
+        state: str,
+        drain_requested: bool,
+        current_job_id: str | None,
+        connected: bool,
+        now: float,
+    ) -> dict[str, Any]:
+        online = state not in ("offline", "connecting") and self.connected_at is not None
+        return {
+            "id": self.worker_id,
+            "worker_id": self.worker_id,
+            "name": self.name,
+            "status": state,
+            "worker_type": self.worker_type,
+            "is_local": self.is_local,
+            "drain_requested": drain_requested,
+            "gpu_count": self.gpu_count,
+            "gpu_name": self.gpu_name,
+            "gpu_vram_gb": self.gpu_vram_gb,
+            "accelerator_type": self.accelerator_type,
+            "gpu_info": self.gpu_info,
+            "gpu_utilization": self.gpu_utilization,
+            "vram_used_gb": self.vram_used_gb,
+            "labels": self.effective_labels(),
+            "admin_labels": self.labels,
+            "agent_labels": self.agent_labels,
+            "provider": self.provider,
+            "hostname": self.hostname,
+            "client_address": self.client_address,
+            "current_job_id": current_job_id,
+            "job_progress": self.job_progress if current_job_id else None,
+            "last_heartbeat": iso(self.last_heartbeat_at),
+            "last_seen": iso(self.last_seen_at),
+            "connected_at": iso(self.connected_at),
+            "offline_at": iso(self.offline_at),
+            "created_at": iso(self.created_at),
+            "connected": connected,
+            "uptime_seconds": (
+                round(now - self.connected_at, 1) if online and self.connected_at else 0.0
+            ),
+        }
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job_id: str
+    seq: int
+    state: str
+    target: str
+    config: dict[str, Any]
+    config_name: str | None = None
+    name: str | None = None
+    dataloader: Any = None
+    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    worker_labels: dict[str, str] = field(default_factory=dict)
+    gpu_count: int = 0
+    min_vram_gb: float | None = None
+    gpu_name: str | None = None
+    priority: int = 0
+    max_retries: int = 3
+    attempts: int = 0
+    timeout_minutes: float | None = None
+    worker_id: str | None = None
+    submitted_by: str | None = None
+    submitted_at: float = 0.0
+    dispatched_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    progress: dict[str, Any] | None = None
+    error: str | None = None
+    wait_reason: str | None = None
+
+    def requirements(self) -> Requirements:
+        return Requirements(
+            target=self.target,
+            labels=self.worker_labels,
+            gpu_count=self.gpu_count,
+            min_vram_gb=self.min_vram_gb,
+            gpu_name=self.gpu_name,
+        )

@@ -1,0 +1,89 @@
+"""Scheduler: the single place that matches pending jobs to idle workers.
+
+Event-driven: a job waiting, a worker changing, each schedules one matching pass
+(coalesced, so a burst of events costs one pass). It only ever *tells* other actors,
+so no ask cycle can form through it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tunefleet.actors import messages as m
+from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet, wait_reason
+from tunefleet.actors.runtime import Actor
+
+if TYPE_CHECKING:
+    from tunefleet.actors.context import FleetContext
+
+
+class Scheduler(Actor):
+    def __init__(self, ctx: FleetContext) -> None:
+        super().__init__("scheduler")
+        self.ctx = ctx
+        self.pending: dict[str, PendingJob] = {}
+        self.idle: dict[str, WorkerView] = {}
+        self.fleet: dict[str, WorkerView] = {}
+        self.pass_scheduled = False
+
+    async def receive(self, message: object) -> object:
+        match message:
+            case m.JobWaiting(job=job):
+                self.pending[job.job_id] = job
+                self._schedule_pass()
+            case m.JobGone(job_id=job_id):
+                self.pending.pop(job_id, None)
+            case m.WorkerChanged():
+                self._on_worker_changed(message)
+            case m.SchedulePass():
+                if self.pass_scheduled:
+                    self._run_pass()
+            case m.HasWorkFor(worker=view):
+                self._run_pass()
+                return any(unmet(job.requirements, view) is None for job in self.pending.values())
+            case m.ExplainWait(job_id=job_id):
+                self._run_pass()
+                return self.explain(job_id)
+            case m.QueueOrder():
+                self._run_pass()
+                return self.order()
+            case _:
+                raise TypeError(f"Scheduler cannot handle {type(message).__name__}")
+        return None
+
+    def _on_worker_changed(self, msg: m.WorkerChanged) -> None:
+        if msg.view is None:
+            self.fleet.pop(msg.worker_id, None)
+        else:
+            self.fleet[msg.worker_id] = msg.view
+        if msg.schedulable and msg.view is not None:
+            self.idle[msg.worker_id] = msg.view
+            self._schedule_pass()
+        else:
+            self.idle.pop(msg.worker_id, None)
+
+    def _schedule_pass(self) -> None:
+        if not self.pass_scheduled and self.pending and self.idle:
+            self.pass_scheduled = True
+            self.tell(m.SchedulePass())
+
+    def _run_pass(self) -> None:
+        self.pass_scheduled = False
+        if not self.pending or not self.idle:
+            return
+        for job_id, worker_id in plan(list(self.pending.values()), list(self.idle.values())):
+            self.pending.pop(job_id, None)
+            self.idle.pop(worker_id, None)
+            job = self.ctx.jobs.get(job_id)
+            if job is not None:
+                job.tell(m.DispatchTo(worker_id))
+
+    def explain(self, job_id: str) -> str | None:
+        job = self.pending.get(job_id)
+        if job is None:
+            return None
+        return wait_reason(job.requirements, list(self.fleet.values()), set(self.idle))
+
+    def order(self) -> list[str]:
+        ranked = sorted(self.pending.values(), key=lambda j: (-j.priority, j.seq))
+        return [j.job_id for j in ranked]

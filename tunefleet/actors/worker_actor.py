@@ -1,0 +1,373 @@
+"""WorkerActor: one per known worker. Owns the worker lifecycle, the SSE outbox and
+stream, the heartbeat deadline and the worker's current job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from tunefleet.actors import messages as m
+from tunefleet.actors.context import FleetContext
+from tunefleet.actors.matching import WorkerView
+from tunefleet.actors.records import WorkerRecord
+from tunefleet.actors.runtime import Actor
+from tunefleet.actors.stream import Outbox, StreamConnection
+from tunefleet.actors.supervisor import Deadline
+from tunefleet.audit import AuditKind
+from tunefleet.errors import Conflict
+from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
+
+log = structlog.get_logger(__name__)
+
+
+class WorkerActor(WorkerFsmMixin, Actor):
+    def __init__(self, ctx: FleetContext, record: WorkerRecord) -> None:
+        Actor.__init__(self, f"worker:{record.worker_id}")
+        self.ctx = ctx
+        self.rec = record
+        self.worker_id = record.worker_id
+        self.state = record.state
+        self.saved_state = record.state
+        self.drain_requested = record.drain_requested
+        self.current_job_id = record.current_job_id
+        self.outbox = Outbox(record.last_event_id)
+        self.connection: StreamConnection | None = None
+        self.force_replay_job: str | None = None
+        # The job whose final report's response is not yet on the wire; no dispatch
+        # until it is, because SimpleTuner's agent drops a job_submit that arrives first.
+        self.report_hold: str | None = None
+        self.heartbeat = Deadline(ctx.clock, self._heartbeat_expired)
+
+    # --- views --------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self.connection is not None
+
+    @property
+    def schedulable(self) -> bool:
+        return (
+            self.state == WorkerState.IDLE
+            and self.connected
+            and self.report_hold is None
+            and not self.drain_requested
+        )
+
+    def view(self) -> WorkerView:
+        return self.rec.view()
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.rec.public(
+            state=self.state,
+            drain_requested=self.drain_requested,
+            current_job_id=self.current_job_id,
+            connected=self.connected,
+            now=self.ctx.clock.time(),
+        )
+
+    # --- message handling ------------------------------------------------------------
+
+    async def receive(self, message: object) -> object:
+        match message:
+            case m.HeartbeatReceived():
+                return await self.on_heartbeat(message)
+            case m.Register():
+                return await self.on_register(message)
+            case m.OpenStream():
+                return self.on_open_stream(message)
+            case m.CloseStream(connection_id=cid):
+                return self.on_close_stream(cid)
+            case m.ReserveForJob(job_id=job_id):
+                return self.on_reserve(job_id)
+            case m.CancelReservation(job_id=job_id):
+                return await self.on_cancel_reservation(job_id)
+            case m.PushJob():
+                return await self.on_push_job(message)
+            case m.PushCancel(job_id=job_id, reason=reason):
+                return self.push("job_cancel", {"job_id": job_id, "reason": reason}, job_id)
+            case m.JobAcknowledged(job_id=job_id):
+                self.outbox.acknowledge_job(job_id, "job_submit")
+                return None
+            case m.JobReleased():
+                return await self.on_job_released(message)
+            case m.ReportWritten(job_id=job_id):
+                return await self.on_report_written(job_id)
+            case m.HeartbeatExpired():
+                return await self.on_heartbeat_expired()
+            case m.Disconnected():
+                return await self.lose("agent disconnected", AuditKind.WORKER_DISCONNECTED)
+            case m.Drain():
+                return await self.on_drain()
+            case m.Resume():
+                return await self.on_resume()
+            case m.TokenRotated():
+                self._close_stream()
+                return None
+            case m.Retire(force=force):
+                return await self.on_retire(force)
+            case m.Snapshot():
+                return self.snapshot()
+        raise TypeError(f"WorkerActor cannot handle {type(message).__name__}")
+
+    async def on_start(self) -> None:
+        if self.state not in (WorkerState.OFFLINE,):
+            # After a restart, or a new worker that has not connected yet: it has until the
+            # deadline to (re)connect, else it is lost and its job requeued.
+            grace = (
+                self.ctx.settings.never_connected_timeout_s
+                if self.state == WorkerState.CONNECTING
+                else self.ctx.settings.heartbeat_timeout_s
+            )
+            self.heartbeat.extend(grace)
+
+    async def on_stop(self) -> None:
+        self.heartbeat.cancel()
+        self._close_stream()
+
+    # --- registration and stream -------------------------------------------------------
+
+    async def on_register(self, msg: m.Register) -> dict[str, Any]:
+        now = self.ctx.clock.time()
+        resume_job: dict[str, Any] | None = None
+        abandon_job: str | None = None
+        held = self.current_job_id
+        reported = msg.current_job_id
+        if reported and reported != held:
+            abandon_job = reported
+        if held is not None:
+            job = self.ctx.jobs.get(held)
+            if job is not None and reported == held:
+                resume_job = {"job_id": held, "config_name": job.config_name, "status": job.state}
+            elif job is not None and job.state == "dispatched":
+                # The agent never got it (or lost it before starting): send it again.
+                self.force_replay_job = held
+            else:
+                if job is not None:
+                    job.tell(m.WorkerLost(self.worker_id, "worker came back without its job"))
+                self.outbox.acknowledge_job(held)
+                self.current_job_id = None
+        self.rec.apply_registration(msg, now)
+        self.outbox.acknowledge_type("shutdown")
+        WORKER_LIFECYCLE.fire(self, "register")
+        self.heartbeat.extend(self.ctx.settings.heartbeat_timeout_s)
+        await self._persist(
+            connected_at=now, last_heartbeat_at=now, **self.rec.registration_fields()
+        )
+        await self.ctx.audit.record(
+            AuditKind.WORKER_REGISTER,
+            actor=self.worker_id,
+            target=self.worker_id,
+            client_address=msg.client_address,
+            state=self.state,
+            resumed_job=resume_job["job_id"] if resume_job else None,
+            abandoned_job=abandon_job,
+        )
+        self.ctx.metrics.registrations.labels(outcome="success").inc()
+        self._announce()
+        return {
+            "worker_id": self.worker_id,
+            "sse_url": f"/api/workers/stream?worker_id={self.worker_id}",
+            "resume_job": resume_job,
+            "abandon_job": abandon_job,
+        }
+
+    def on_open_stream(self, msg: m.OpenStream) -> StreamConnection:
+        self._close_stream()
+        conn = StreamConnection()
+        self.connection = conn
+        for event in self.outbox.replay(msg.last_event_id, self.force_replay_job):
+            conn.send(event)
+        self.force_replay_job = None
+        if self.drain_requested:
+            self.push("drain", {})
+        self.rec.last_seen_at = self.ctx.clock.time()
+        self._announce()
+        return conn
+
+    def on_close_stream(self, connection_id: int) -> None:
+        if self.connection is not None and self.connection.connection_id == connection_id:
+            self.connection = None
+            self._announce()
+
+    def _close_stream(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+    def push(self, type_: str, data: dict[str, Any], job_id: str | None = None) -> None:
+        # A drain is re-sent from state on every new stream, so it need not be kept.
+        event = self.outbox.add(type_, data, job_id, keep=type_ != "drain")
+        if self.connection is not None:
+            self.connection.send(event)
+
+    # --- heartbeats and loss -----------------------------------------------------------
+
+    async def on_heartbeat(self, msg: m.HeartbeatReceived) -> bool:
+        if self.state == WorkerState.OFFLINE:
+            return False
+        now = self.ctx.clock.time()
+        self.heartbeat.extend(self.ctx.settings.heartbeat_timeout_s)
+        self.rec.apply_heartbeat(msg, now)
+        self.ctx.metrics.heartbeats.inc()
+        job = self.ctx.jobs.get(self.current_job_id) if self.current_job_id else None
+        if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
+            job.tell(m.StatusReported(self.worker_id, "progress", msg.job_progress, None))
+        await self.ctx.persistence.save_heartbeat(self.rec)
+        return True
+
+    def _heartbeat_expired(self) -> None:
+        if self.alive:
+            self.tell(m.HeartbeatExpired())
+
+    async def on_heartbeat_expired(self) -> None:
+        if self.state == WorkerState.OFFLINE or not self.heartbeat.expired():
+            return
+        if self.state == WorkerState.CONNECTING:
+            reason = f"never connected within {self.ctx.settings.never_connected_timeout_s:g} s"
+        else:
+            reason = f"heartbeat timeout ({self.ctx.settings.heartbeat_timeout_s:g} s)"
+        await self.lose(reason, AuditKind.WORKER_OFFLINE)
+
+    async def lose(self, reason: str, kind: str) -> None:
+        if self.state == WorkerState.OFFLINE:
+            return
+        WORKER_LIFECYCLE.fire(self, "lose")
+        self.heartbeat.cancel()
+        self._close_stream()
+        lost_job = self.current_job_id
+        self.current_job_id = None
+        self.report_hold = None
+        self.force_replay_job = None
+        if lost_job is not None:
+            self.outbox.acknowledge_job(lost_job)
+        self.rec.offline_at = self.ctx.clock.time()
+        await self._persist(offline_at=self.rec.offline_at)
+        if lost_job is not None and (job := self.ctx.jobs.get(lost_job)) is not None:
+            job.tell(m.WorkerLost(self.worker_id, f"worker {self.worker_id} lost: {reason}"))
+        await self.ctx.audit.record(
+            kind, actor=self.worker_id, target=self.worker_id, reason=reason
+        )
+        log.info("worker offline", worker_id=self.worker_id, reason=reason, job_id=lost_job)
+        self._announce()
+
+    # --- jobs ----------------------------------------------------------------------
+
+    def on_reserve(self, job_id: str) -> bool:
+        if not self.schedulable:
+            return False
+        WORKER_LIFECYCLE.fire(self, "assign")
+        self.current_job_id = job_id
+        self.ctx.hub.publish("worker", worker=self.snapshot())
+        return True
+
+    async def on_cancel_reservation(self, job_id: str) -> None:
+        if self.current_job_id == job_id and self.state == WorkerState.BUSY:
+            self.current_job_id = None
+            WORKER_LIFECYCLE.fire(self, "release")
+            self._announce()
+
+    async def on_push_job(self, msg: m.PushJob) -> None:
+        if self.current_job_id != msg.job_id:
+            return
+        self.push("job_submit", msg.payload, msg.job_id)
+        await self._persist(last_event_id=self.outbox.last_event_id)
+
+    async def on_job_released(self, msg: m.JobReleased) -> None:
+        if self.current_job_id != msg.job_id:
+            return
+        self.current_job_id = None
+        self.outbox.acknowledge_job(msg.job_id)
+        if self.state in (WorkerState.BUSY, WorkerState.DRAINING):
+            WORKER_LIFECYCLE.fire(self, "release")
+        if msg.hold_until_report_written:
+            self.report_hold = msg.job_id
+            self.ctx.clock.call_later(
+                self.ctx.settings.report_hold_s,
+                lambda: self.alive and self.tell(m.ReportWritten(msg.job_id)),
+            )
+        await self._persist()
+        if self.rec.worker_type == "ephemeral" and self.state == WorkerState.DRAINING:
+            self.push("shutdown", {"reason": "worker drained after its job"})
+        if msg.hold_until_report_written:
+            self.ctx.hub.publish("worker", worker=self.snapshot())
+        else:
+            await self._after_release()
+
+    async def on_report_written(self, job_id: str) -> None:
+        if self.report_hold != job_id:
+            return
+        self.report_hold = None
+        await self._after_release()
+
+    async def _after_release(self) -> None:
+        if self.rec.worker_type == "ephemeral" and self.state == WorkerState.IDLE:
+            has_work = await self.ctx.scheduler.ask(m.HasWorkFor(self.view()))
+            if not has_work:
+                self.push("shutdown", {"reason": "ephemeral worker finished its job"})
+                return
+        self._announce()
+
+    # --- admin ------------------------------------------------------------------------
+
+    async def on_drain(self) -> dict[str, Any]:
+        WORKER_LIFECYCLE.fire(self, "drain")
+        await self._persist()
+        if self.state != WorkerState.OFFLINE:
+            self.push("drain", {})
+            if self.rec.worker_type == "ephemeral" and self.current_job_id is None:
+                self.push("shutdown", {"reason": "worker drained"})
+        self._announce()
+        return self.snapshot()
+
+    async def on_resume(self) -> dict[str, Any]:
+        if not self.drain_requested:
+            raise Conflict(f"worker {self.worker_id} is not draining; nothing to resume")
+        WORKER_LIFECYCLE.fire(self, "resume")
+        await self._persist()
+        self._announce()
+        return self.snapshot()
+
+    async def on_retire(self, force: bool) -> str | None:
+        if self.state != WorkerState.OFFLINE and not force:
+            raise Conflict(
+                f"worker {self.worker_id} is {self.state}; drain it and wait until it is "
+                "offline, or delete with ?force=true"
+            )
+        lost_job = self.current_job_id
+        if self.connection is not None:
+            self.push("shutdown", {"reason": "worker deleted by an administrator"})
+        if lost_job is not None and (job := self.ctx.jobs.get(lost_job)) is not None:
+            job.tell(m.WorkerLost(self.worker_id, f"worker {self.worker_id} deleted"))
+        self.current_job_id = None
+        self.heartbeat.cancel()
+        self._close_stream()
+        self.ctx.scheduler.tell(m.WorkerChanged(self.worker_id, None, schedulable=False))
+        return lost_job
+
+    # --- helpers ----------------------------------------------------------------------
+
+    async def _persist(self, **extra: Any) -> None:
+        saved = await self.ctx.persistence.save_worker_state(
+            self.worker_id,
+            expected=self.saved_state,
+            state=self.state,
+            drain_requested=self.drain_requested,
+            current_job_id=self.current_job_id,
+            **extra,
+        )
+        if not saved:
+            # Only this actor writes its row, so this means the row is gone or was edited
+            # by hand; the in-memory state stays authoritative until the next restart.
+            log.error("worker row out of step", worker_id=self.worker_id, state=self.state)
+        self.saved_state = self.state
+
+    def _announce(self) -> None:
+        """Tell the scheduler whether this worker can take a job now, and the pages."""
+        online = self.state not in (WorkerState.OFFLINE, WorkerState.CONNECTING)
+        self.ctx.scheduler.tell(
+            m.WorkerChanged(
+                self.worker_id, self.view() if online else None, schedulable=self.schedulable
+            )
+        )
+        self.ctx.hub.publish("worker", worker=self.snapshot())
