@@ -1,0 +1,114 @@
+"""`tunefleet server`: the orchestrator, with the seed document's options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tunefleet.http.app import ServerOptions, run_server
+
+DEFAULT_DATA_DIR = Path.home() / ".tunefleet"
+
+
+@click.command("server")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="TUNEFLEET_HOST",
+    help="Address to listen on; 0.0.0.0 to accept workers from other machines.",
+)
+@click.option(
+    "--port",
+    default=8001,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    envvar="TUNEFLEET_PORT",
+)
+@click.option(
+    "--ssl",
+    "use_ssl",
+    is_flag=True,
+    help="Serve HTTPS (TLS 1.2+). Without --ssl-cert/--ssl-key a self-signed "
+    "certificate is generated once in the data directory.",
+)
+@click.option("--ssl-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--ssl-key", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    envvar="TUNEFLEET_DATA_DIR",
+    help="Database, audit log and TLS files.",
+)
+@click.option(
+    "--database-url",
+    envvar="TUNEFLEET_DATABASE_URL",
+    default=None,
+    help="postgresql://user@host:port/db; default: SQLite in the data directory.",
+)
+@click.option(
+    "--configs-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("configs"),
+    show_default=True,
+    envvar="TUNEFLEET_CONFIGS_DIR",
+    help="Training configurations submitted by name.",
+)
+@click.option(
+    "--heartbeat-timeout",
+    type=click.FloatRange(min=1.0),
+    default=120.0,
+    show_default=True,
+    envvar="SIMPLETUNER_HEARTBEAT_TIMEOUT",
+    help="Seconds without a heartbeat before a worker is offline.",
+)
+@click.option(
+    "--health-check-interval",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds between health checks.",
+)
+@click.option(
+    "--dispatch-ack-timeout",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds a worker has to acknowledge a dispatched job.",
+)
+@click.option(
+    "--max-retries",
+    type=click.IntRange(0, 20),
+    default=3,
+    show_default=True,
+    help="Default retries for a job whose worker is lost.",
+)
+@click.option(
+    "--admin-token",
+    envvar="TUNEFLEET_ADMIN_TOKEN",
+    default=None,
+    help="Use this admin API token instead of generating one on first start.",
+)
+@click.option(
+    "--local-runner/--no-local-runner",
+    default=True,
+    show_default=True,
+    help="Run `target: local` jobs on this machine's GPUs.",
+)
+@click.option(
+    "--local-train-command",
+    default=None,
+    help="Command the local runner starts when a job names none "
+    "(default: python -m simpletuner.train).",
+)
+@click.option(
+    "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
+)
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def server(**kwargs: object) -> None:
+    """Start the orchestrator."""
+    options = ServerOptions.from_cli(kwargs)
+    raise SystemExit(run_server(options))

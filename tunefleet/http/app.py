@@ -1,0 +1,189 @@
+"""The orchestrator process: builds the aiohttp application around the Fleet and runs it."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from tunefleet.actors.clock import Clock, RealClock
+from tunefleet.actors.context import FleetContext, FleetSettings
+from tunefleet.actors.events import EventHub
+from tunefleet.actors.fleet import Fleet
+from tunefleet.actors.local_runner import LocalRunner, local_worker_record
+from tunefleet.actors.persistence import Persistence
+from tunefleet.actors.runtime import ActorSystem
+from tunefleet.agent.executor import JobExecutor
+from tunefleet.agent.gpu import GpuProbe
+from tunefleet.audit import AuditLog
+from tunefleet.http import keys
+from tunefleet.http.bootstrap import ensure_admin_token, startup_banner
+from tunefleet.http.metrics import Metrics
+from tunefleet.http.routes import build_routes, middlewares
+from tunefleet.http.tls import ensure_self_signed, fingerprint, server_ssl_context
+from tunefleet.jobconfigs import ConfigCatalog
+from tunefleet.logging import configure_logging
+from tunefleet.storage.database import open_database
+from tunefleet.storage.store import Store
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_TRAIN_COMMAND = ["python", "-m", "simpletuner.train"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    host: str = "127.0.0.1"
+    port: int = 8001
+    use_ssl: bool = False
+    ssl_cert: Path | None = None
+    ssl_key: Path | None = None
+    data_dir: Path = Path(".tunefleet")
+    database_url: str | None = None
+    configs_dir: Path = Path("configs")
+    heartbeat_timeout: float = 120.0
+    health_check_interval: float = 60.0
+    dispatch_ack_timeout: float = 60.0
+    max_retries: int = 3
+    admin_token: str | None = None
+    local_runner: bool = True
+    local_train_command: str | None = None
+    log_format: str = "console"
+    verbose: bool = False
+
+    @classmethod
+    def from_cli(cls, values: dict[str, Any]) -> ServerOptions:
+        return cls(**values)
+
+    def fleet_settings(self) -> FleetSettings:
+        return FleetSettings(
+            heartbeat_timeout_s=self.heartbeat_timeout,
+            health_check_interval_s=self.health_check_interval,
+            dispatch_ack_timeout_s=self.dispatch_ack_timeout,
+            default_max_retries=self.max_retries,
+            local_runner=self.local_runner,
+        )
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.use_ssl else "http"
+
+
+def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Application:
+    """The application; storage, actors and the local runner live in its cleanup context,
+    storage first so that it closes last."""
+    app = web.Application(middlewares=middlewares(), client_max_size=1024**2)
+    app[keys.OPTIONS] = options
+    app[keys.CLOCK] = clock or RealClock()
+    app.cleanup_ctx.append(_storage)
+    app.cleanup_ctx.append(_fleet)
+    app.on_shutdown.append(_close_streams)
+    build_routes(app)
+    return app
+
+
+async def _storage(app: web.Application) -> AsyncIterator[None]:
+    options = app[keys.OPTIONS]
+    options.data_dir.mkdir(parents=True, exist_ok=True)
+    db = await open_database(options.database_url, options.data_dir)
+    app[keys.STORE] = Store(db)
+    try:
+        yield
+    finally:
+        await db.close()
+
+
+async def _fleet(app: web.Application) -> AsyncIterator[None]:
+    options = app[keys.OPTIONS]
+    clock = app[keys.CLOCK]
+    store = app[keys.STORE]
+    metrics = Metrics()
+    hub = EventHub()
+    audit = AuditLog(store.append_audit, options.data_dir / "audit.jsonl", clock)
+    system = ActorSystem(clock)
+    ctx = FleetContext(
+        settings=options.fleet_settings(),
+        clock=clock,
+        system=system,
+        persistence=Persistence(store),
+        audit=audit,
+        hub=hub,
+        metrics=metrics,
+    )
+    fleet = Fleet(ctx)
+    probe = GpuProbe()
+    inventory = probe.inventory()
+    local = local_worker_record(inventory, clock.time()) if options.local_runner else None
+    await fleet.start(local_worker=local)
+    app[keys.FLEET] = fleet
+    app[keys.METRICS] = metrics
+    app[keys.HUB] = hub
+    app[keys.AUDIT] = audit
+    app[keys.CATALOG] = ConfigCatalog(options.configs_dir)
+    runner: LocalRunner | None = None
+    if local is not None:
+        command = (
+            shlex.split(options.local_train_command)
+            if options.local_train_command
+            else DEFAULT_TRAIN_COMMAND
+        )
+        executor = JobExecutor(options.data_dir / "local-runner", command)
+        runner = LocalRunner(fleet, executor, inventory)
+        await runner.start()
+    admin_token = await ensure_admin_token(store, options.admin_token)
+    app[keys.BANNER] = startup_banner(options, admin_token)
+    try:
+        yield
+    finally:
+        if runner is not None:
+            await runner.stop()
+        await fleet.stop()
+        await audit.close()
+        probe.close()
+
+
+async def _close_streams(app: web.Application) -> None:
+    for conn in list(app[keys.OPEN_STREAMS]):
+        conn.close()
+
+
+def run_server(options: ServerOptions) -> int:
+    configure_logging(options.log_format, options.verbose)
+    ssl_context = None
+    if options.use_ssl:
+        if options.ssl_cert and options.ssl_key:
+            cert, key = options.ssl_cert, options.ssl_key
+        elif options.ssl_cert or options.ssl_key:
+            print("error: give both --ssl-cert and --ssl-key, or neither", file=sys.stderr)
+            return 2
+        else:
+            paths = ensure_self_signed(options.data_dir / "tls", [options.host])
+            cert, key = paths.cert, paths.key
+        ssl_context = server_ssl_context(cert, key)
+        print(f"TLS certificate {cert} (SHA-256 fingerprint {fingerprint(cert)})", flush=True)
+    app = build_app(options)
+
+    async def announce(app: web.Application) -> None:
+        print(app[keys.BANNER], flush=True)
+
+    app.on_startup.append(announce)
+    try:
+        web.run_app(
+            app,
+            host=options.host,
+            port=options.port,
+            ssl_context=ssl_context,
+            print=None,
+            access_log=None,
+            shutdown_timeout=10.0,
+        )
+    except OSError as error:
+        print(f"error: cannot listen on {options.host}:{options.port}: {error}", file=sys.stderr)
+        return 1
+    return 0

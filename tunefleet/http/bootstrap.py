@@ -1,0 +1,78 @@
+"""First start: the admin API token, and the banner that tells a person what to do next."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from tunefleet.http.auth import ALL_PERMISSIONS
+from tunefleet.http.tokens import hash_token, new_api_token
+
+if TYPE_CHECKING:
+    from tunefleet.http.app import ServerOptions
+    from tunefleet.storage.store import Store
+
+log = structlog.get_logger(__name__)
+
+ADMIN_TOKEN_NAME = "admin"
+
+
+async def ensure_admin_token(store: Store, given: str | None) -> str | None:
+    """Make sure an admin can sign in. Returns a token to print once, or None.
+
+    With ``given`` (``--admin-token``/``TUNEFLEET_ADMIN_TOKEN``), that token is made
+    valid with every permission. Otherwise a token is generated only when the database
+    has no API token at all, i.e. on the very first start.
+    """
+    if given:
+        token_hash = hash_token(given)
+        if await store.api_token_by_hash(token_hash) is None:
+            await store.create_api_token(
+                name=ADMIN_TOKEN_NAME, token_hash=token_hash, permissions=list(ALL_PERMISSIONS)
+            )
+            log.info("admin token from --admin-token registered")
+        return None
+    if await store.list_api_tokens(include_revoked=True):
+        return None
+    token = new_api_token()
+    await store.create_api_token(
+        name=ADMIN_TOKEN_NAME, token_hash=hash_token(token), permissions=list(ALL_PERMISSIONS)
+    )
+    return token
+
+
+def startup_banner(options: ServerOptions, new_admin_token: str | None) -> str:
+    host = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
+    url = f"{options.scheme}://{host}:{options.port}"
+    token_ref = new_admin_token or "$ADMIN_TOKEN"
+    lines = [
+        f"tunefleet orchestrator listening on {options.scheme}://{options.host}:{options.port}",
+        f"  web UI:        {url}/",
+        f"  data dir:      {options.data_dir}",
+        f"  configs dir:   {options.configs_dir}",
+    ]
+    if new_admin_token:
+        lines += [
+            "",
+            "  Admin API token (shown only this once; store it now):",
+            f"    export ADMIN_TOKEN={new_admin_token}",
+        ]
+    else:
+        lines += ["", "  Sign in with your admin API token (export ADMIN_TOKEN=tf_...)."]
+    lines += [
+        "",
+        "  Create a worker:",
+        f'    curl -s -X POST {url}/api/admin/workers -H "Authorization: Bearer {token_ref}" \\',
+        '      -d \'{"name": "gpu-worker-1", "worker_type": "persistent"}\'',
+        "  Connect it (on the GPU machine, with the token from that response):",
+        f"    tunefleet worker --orchestrator-url {url} --worker-token wt_... --persistent",
+        "  Submit a job:",
+        f'    curl -s -X POST {url}/api/queue/submit -H "Authorization: Bearer {token_ref}" \\',
+        '      -d \'{"config_name": "tiny-example", "target": "auto"}\'',
+    ]
+    if options.host in ("127.0.0.1", "localhost", "::1"):
+        lines.append(
+            "  (Listening on loopback only: use --host 0.0.0.0 for workers on other machines.)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""Stored job rows → the JSON the queue API returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunefleet.actors.records import iso
+from tunefleet.http.schemas_queue import hide_env_values
+from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobLogRow, JobRow
+
+
+def job_summary(row: JobRow) -> dict[str, Any]:
+    return {
+        "job_id": row.id,
+        "name": row.name,
+        "config_name": row.config_name,
+        "status": row.state,
+        "target": row.target,
+        "worker_id": row.worker_id,
+        "priority": row.priority,
+        "attempts": row.attempts,
+        "max_retries": row.max_retries,
+        "gpu_count": row.gpu_count,
+        "min_vram_gb": row.min_vram_gb,
+        "gpu_name": row.gpu_name,
+        "worker_labels": row.worker_labels,
+        "timeout_minutes": row.timeout_minutes,
+        "submitted_by": row.submitted_by,
+        "submitted_at": iso(row.submitted_at),
+        "dispatched_at": iso(row.dispatched_at),
+        "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at) if row.state in _TERMINAL else None,
+        "progress": row.progress,
+        "error": row.error,
+        "wait_reason": row.wait_reason if row.state == "pending" else None,
+        "queue_position": None,
+    }
+
+
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def job_detail(
+    row: JobRow, attempts: list[JobAttemptRow], events: list[JobEventRow]
+) -> dict[str, Any]:
+    return {
+        **job_summary(row),
+        "config": row.config,
+        "dataloader": row.dataloader,
+        "command": row.command,
+        "env": hide_env_values(row.env),
+        "attempt_history": [
+            {
+                "number": a.number,
+                "worker_id": a.worker_id,
+                "dispatched_at": iso(a.dispatched_at),
+                "started_at": iso(a.started_at),
+                "ended_at": iso(a.ended_at),
+                "outcome": a.outcome,
+                "reason": a.reason,
+            }
+            for a in attempts
+        ],
+        "timeline": [
+            {
+                "at": iso(e.at),
+                "kind": e.kind,
+                "worker_id": e.worker_id,
+                "attempt": e.attempt,
+                "detail": e.detail,
+            }
+            for e in events
+        ],
+    }
+
+
+def log_line_view(row: JobLogRow) -> dict[str, Any]:
+    return {
+        "seq": row.id,
+        "attempt": row.attempt,
+        "stream": row.stream,
+        "line": row.line,
+        "at": iso(row.at),
+    }

@@ -1,0 +1,29 @@
+"""Typed application keys: what the orchestrator keeps on its aiohttp app."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from tunefleet.actors.clock import Clock
+    from tunefleet.actors.events import EventHub
+    from tunefleet.actors.fleet import Fleet
+    from tunefleet.actors.stream import StreamConnection
+    from tunefleet.audit import AuditLog
+    from tunefleet.http.app import ServerOptions
+    from tunefleet.http.metrics import Metrics
+    from tunefleet.jobconfigs import ConfigCatalog
+    from tunefleet.storage.store import Store
+
+OPTIONS: web.AppKey[ServerOptions] = web.AppKey("options")
+CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+STORE: web.AppKey[Store] = web.AppKey("store")
+FLEET: web.AppKey[Fleet] = web.AppKey("fleet")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+HUB: web.AppKey[EventHub] = web.AppKey("hub")
+AUDIT: web.AppKey[AuditLog] = web.AppKey("audit")
+CATALOG: web.AppKey[ConfigCatalog] = web.AppKey("catalog")
+BANNER: web.AppKey[str] = web.AppKey("banner")
+OPEN_STREAMS: web.AppKey[set[StreamConnection]] = web.AppKey("open_streams")

@@ -1,0 +1,42 @@
+"""The one route table every HTTP adapter module declares its routes on."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from tunefleet.actors.fleet import Fleet
+from tunefleet.http import keys
+from tunefleet.http.auth import API_PRINCIPAL_KEY, WORKER_PRINCIPAL_KEY, ApiPrincipal
+from tunefleet.http.errors import ApiError
+from tunefleet.http.openapi import RouteTable
+
+routes = RouteTable()
+
+
+def fleet_of(request: web.Request) -> Fleet:
+    fleet = request.app.get(keys.FLEET)
+    if fleet is None:
+        raise ApiError(503, "the orchestrator is starting; try again in a moment")
+    return fleet
+
+
+def worker_id_of(request: web.Request) -> str:
+    return request[WORKER_PRINCIPAL_KEY].worker_id
+
+
+def principal_of(request: web.Request) -> ApiPrincipal:
+    return request[API_PRINCIPAL_KEY]
+
+
+def actor_name(request: web.Request) -> str:
+    """Who did it, for the audit trail: the API token's name and id, never the token."""
+    principal = request[API_PRINCIPAL_KEY]
+    return f"token:{principal.name}#{principal.token_id}"
+
+
+def check_worker_id(request: web.Request, claimed: str | None) -> str:
+    """A request may name a worker only if it is the token's own (the protocol's 400)."""
+    own = worker_id_of(request)
+    if claimed is not None and claimed != own:
+        raise ApiError(400, "Worker ID mismatch")
+    return own

@@ -1,0 +1,223 @@
+"""Queue endpoints: submit, list, one job, cancel, position, stats, logs."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from typing import Any
+
+from aiohttp import web
+
+from tunefleet.actors.matching import job_gpu_count_from_config
+from tunefleet.actors.records import JobRecord
+from tunefleet.http import keys
+from tunefleet.http.auth import QUEUE_ADMIN
+from tunefleet.http.body import parse_body, parse_query
+from tunefleet.http.errors import ApiError
+from tunefleet.http.job_views import job_detail, job_summary, log_line_view
+from tunefleet.http.route_table import actor_name, fleet_of, principal_of, routes
+from tunefleet.http.schemas_queue import (
+    CancelJobRequest,
+    CancelJobResponse,
+    JobDetail,
+    JobListQuery,
+    JobListResponse,
+    JobLogsQuery,
+    JobLogsResponse,
+    PositionResponse,
+    QueueStatsResponse,
+    SubmitJobRequest,
+    SubmitJobResponse,
+)
+from tunefleet.http.sse_follow import follow_job_logs
+from tunefleet.jobconfigs import ConfigNotFound, lift_command
+
+_JOB_NOT_FOUND = {404: "Job not found"}
+
+
+@routes.route(
+    "POST",
+    "/api/queue/submit",
+    summary="Submit a training job",
+    request=SubmitJobRequest,
+    response=SubmitJobResponse,
+    auth="api:queue.submit",
+    errors={400: "Unknown config_name, invalid config, or a target this orchestrator lacks"},
+)
+async def submit_job(request: web.Request) -> web.StreamResponse:
+    body = await parse_body(request, SubmitJobRequest)
+    fleet = fleet_of(request)
+    settings = fleet.ctx.settings
+    if body.target == "local" and not settings.local_runner:
+        raise ApiError(
+            400,
+            "target local, but this orchestrator runs with --no-local-runner; "
+            "use target worker or auto",
+        )
+    config, dataloader = await _resolve_config(request, body)
+    config, lifted_command = lift_command(config)
+    command = _command(body.command) if body.command is not None else lifted_command
+    gpu_count = body.gpu_count
+    if gpu_count is None:
+        gpu_count = job_gpu_count_from_config(config) or 0
+    rec = JobRecord(
+        job_id="",
+        seq=0,
+        state="pending",
+        target=body.target,
+        config=config,
+        config_name=body.config_name,
+        name=body.name or body.config_name,
+        dataloader=dataloader,
+        command=command,
+        env=dict(body.env),
+        worker_labels=dict(body.worker_labels),
+        gpu_count=gpu_count,
+        min_vram_gb=body.min_vram_gb,
+        gpu_name=body.gpu_name,
+        priority=body.priority,
+        max_retries=(
+            body.max_retries if body.max_retries is not None else settings.default_max_retries
+        ),
+        timeout_minutes=body.timeout_minutes,
+    )
+    return web.json_response(await fleet.submit(rec, actor_name(request)))
+
+
+def _command(value: Any) -> list[str]:
+    return shlex.split(value) if isinstance(value, str) else list(value)
+
+
+async def _resolve_config(
+    request: web.Request, body: SubmitJobRequest
+) -> tuple[dict[str, Any], Any]:
+    if body.config is not None:
+        return dict(body.config), body.dataloader
+    catalog = request.app[keys.CATALOG]
+    name = body.config_name or ""
+    try:
+        config, dataloader = await asyncio.to_thread(catalog.load_with_dataloader, name)
+    except ConfigNotFound as error:
+        # An unknown name in a body is bad input, not a missing URL: 400, nothing queued.
+        raise ApiError(400, str(error)) from None
+    return config, body.dataloader if body.dataloader is not None else dataloader
+
+
+@routes.route(
+    "GET",
+    "/api/queue",
+    summary="List jobs, newest first, with filters and paging",
+    query=JobListQuery,
+    response=JobListResponse,
+    auth="api",
+)
+async def list_jobs(request: web.Request) -> web.StreamResponse:
+    query = parse_query(request, JobListQuery)
+    store = request.app[keys.STORE]
+    filters: dict[str, Any] = {
+        "state": query.status or None,
+        "target": query.target,
+        "worker_id": query.worker_id,
+    }
+    rows = await store.list_jobs(**filters, limit=query.limit, offset=query.offset)
+    total = await store.count_jobs(**filters)
+    jobs = [job_summary(row) for row in rows]
+    return web.json_response(
+        {"jobs": jobs, "total": total, "limit": query.limit, "offset": query.offset}
+    )
+
+
+@routes.route(
+    "GET",
+    "/api/queue/stats",
+    summary="Queue depth, running jobs, average wait and worker pool counts",
+    response=QueueStatsResponse,
+    auth="api",
+)
+async def queue_stats(request: web.Request) -> web.StreamResponse:
+    return web.json_response(await fleet_of(request).stats())
+
+
+@routes.route(
+    "GET",
+    "/api/queue/position/{job_id}",
+    summary="A pending job's place in the queue and why it waits",
+    response=PositionResponse,
+    auth="api",
+    errors=_JOB_NOT_FOUND,
+)
+async def job_position(request: web.Request) -> web.StreamResponse:
+    return web.json_response(await fleet_of(request).position(request.match_info["job_id"]))
+
+
+@routes.route(
+    "GET",
+    "/api/queue/{job_id}",
+    summary="One job with its configuration, attempts and timeline",
+    response=JobDetail,
+    auth="api",
+    errors=_JOB_NOT_FOUND,
+)
+async def get_job(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"]
+    store = request.app[keys.STORE]
+    row = await store.get_job(job_id)
+    if row is None:
+        raise ApiError(404, f"Job not found: {job_id}")
+    attempts = await store.list_attempts(job_id)
+    events = await store.list_job_events(job_id)
+    detail = job_detail(row, attempts, events)
+    if row.state == "pending":
+        position = await fleet_of(request).position(job_id)
+        detail["queue_position"] = position["position"]
+        detail["wait_reason"] = position["reason"] or row.wait_reason
+    return web.json_response(detail)
+
+
+@routes.route(
+    "POST",
+    "/api/queue/{job_id}/cancel",
+    summary="Cancel a job: pending ones leave the queue, running ones are stopped",
+    request=CancelJobRequest,
+    response=CancelJobResponse,
+    auth="api:queue.submit",
+    errors={**_JOB_NOT_FOUND, 403: "Cancelling another's job needs queue.admin", 409: "Ended"},
+)
+async def cancel_job(request: web.Request) -> web.StreamResponse:
+    await parse_body(request, CancelJobRequest)
+    job_id = request.match_info["job_id"]
+    row = await request.app[keys.STORE].get_job(job_id)
+    if row is None:
+        raise ApiError(404, f"Job not found: {job_id}")
+    actor = actor_name(request)
+    if row.submitted_by != actor and not principal_of(request).has(QUEUE_ADMIN):
+        raise ApiError(403, f"Permission denied: {QUEUE_ADMIN} (the job was submitted by another)")
+    return web.json_response(await fleet_of(request).cancel(job_id, actor))
+
+
+@routes.route(
+    "GET",
+    "/api/queue/{job_id}/logs",
+    summary="The job's output lines; ?follow=true streams new ones over SSE until it ends",
+    query=JobLogsQuery,
+    response=JobLogsResponse,
+    auth="api",
+    errors=_JOB_NOT_FOUND,
+)
+async def job_logs(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"]
+    follow = request.query.get("follow", "").lower() in ("1", "true", "yes")
+    query = parse_query(request, JobLogsQuery)
+    store = request.app[keys.STORE]
+    if await store.get_job(job_id) is None:
+        raise ApiError(404, f"Job not found: {job_id}")
+    if follow:
+        return await follow_job_logs(request, job_id, query.from_seq)
+    rows = await store.read_logs(
+        job_id, after_id=max(0, query.from_seq - 1), limit=query.limit, attempt=query.attempt
+    )
+    if query.stream is not None:
+        rows = [r for r in rows if r.stream == query.stream]
+    lines = [log_line_view(r) for r in rows]
+    next_seq = (rows[-1].id + 1) if rows else query.from_seq
+    return web.json_response({"job_id": job_id, "lines": lines, "next_seq": next_seq})

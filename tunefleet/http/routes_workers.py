@@ -1,0 +1,223 @@
+"""Worker endpoints (agent → orchestrator), exactly as shared/PROTOCOL.md records them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import structlog
+from aiohttp import web
+from aiohttp_sse import EventSourceResponse
+
+from tunefleet.actors import messages as m
+from tunefleet.actors.stream import StreamEvent
+from tunefleet.http import keys
+from tunefleet.http.body import parse_body, parse_query
+from tunefleet.http.errors import ApiError
+from tunefleet.http.route_table import check_worker_id, fleet_of, routes, worker_id_of
+from tunefleet.http.schemas_common import SuccessResponse
+from tunefleet.http.schemas_workers import (
+    DisconnectRequest,
+    HeartbeatRequest,
+    JobLogsRequest,
+    JobStatusRequest,
+    QueueCheckResponse,
+    RegisterRequest,
+    RegisterResponse,
+    WorkerIdQuery,
+)
+
+log = structlog.get_logger(__name__)
+
+# The library's own comment pings are not needed: we send `ping` events ourselves,
+# which SimpleTuner's agent (reading only `data:` lines) also sees.
+_NO_LIBRARY_PING_S = 86_400.0
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+@routes.route(
+    "POST",
+    "/api/workers/register",
+    summary="Register the worker and report its GPUs",
+    request=RegisterRequest,
+    response=RegisterResponse,
+    auth="worker",
+)
+async def register_worker(request: web.Request) -> web.StreamResponse:
+    body = await parse_body(request, RegisterRequest)
+    gpu = body.gpu().model_dump()
+    msg = m.Register(
+        name=body.name,
+        gpu=gpu,
+        persistent=body.persistent,
+        agent_labels=dict(body.labels or {}),
+        current_job_id=body.current_job_id,
+        provider=body.provider,
+        hostname=body.hostname,
+        client_address=request.remote,
+    )
+    return web.json_response(await fleet_of(request).register(worker_id_of(request), msg))
+
+
+@routes.route(
+    "GET",
+    "/api/workers/stream",
+    summary="Server-Sent Events: job_submit, job_cancel, drain, shutdown, ping",
+    query=WorkerIdQuery,
+    auth="worker",
+    content_type="text/event-stream",
+    description="Send Last-Event-ID to receive the events not yet acknowledged.",
+)
+async def worker_stream(request: web.Request) -> web.StreamResponse:
+    query = parse_query(request, WorkerIdQuery)
+    worker_id = check_worker_id(request, query.worker_id)
+    fleet = fleet_of(request)
+    last_event_id = _last_event_id(request)
+    conn = await fleet.open_stream(worker_id, last_event_id)
+    open_streams = request.app[keys.OPEN_STREAMS]
+    open_streams.add(conn)
+    ping_s = fleet.ctx.settings.ping_interval_s
+    sse = EventSourceResponse(ping_interval=_NO_LIBRARY_PING_S)
+    try:
+        await sse.prepare(request)
+        while True:
+            try:
+                event = await asyncio.wait_for(conn.queue.get(), timeout=ping_s)
+            except TimeoutError:
+                await sse.send('{"type": "ping"}', event="ping")
+                continue
+            if event is None:
+                break
+            await _send(sse, event)
+    except (ConnectionResetError, asyncio.CancelledError, RuntimeError) as error:
+        log.debug("worker stream ended", worker_id=worker_id, reason=type(error).__name__)
+        if isinstance(error, asyncio.CancelledError):
+            raise
+    finally:
+        open_streams.discard(conn)
+        fleet.close_stream(worker_id, conn)
+        sse.stop_streaming()
+    with contextlib.suppress(ConnectionResetError, RuntimeError):
+        await sse.write_eof()
+    return sse
+
+
+async def _send(sse: EventSourceResponse, event: StreamEvent) -> None:
+    data = json.dumps(event.data, separators=(",", ":"), default=str)
+    await sse.send(data, id=str(event.event_id) if event.event_id else None, event=event.type)
+
+
+def _last_event_id(request: web.Request) -> int | None:
+    raw = request.headers.get("Last-Event-ID", "").strip()
+    return int(raw) if raw.isdigit() and len(raw) < 19 else None
+
+
+@routes.route(
+    "POST",
+    "/api/workers/heartbeat",
+    summary="Periodic keepalive with status, progress and GPU samples",
+    request=HeartbeatRequest,
+    response=SuccessResponse,
+    auth="worker",
+    errors={409: "The worker is offline; register again"},
+)
+async def worker_heartbeat(request: web.Request) -> web.StreamResponse:
+    body = await parse_body(request, HeartbeatRequest)
+    worker_id = check_worker_id(request, body.worker_id)
+    accepted = await fleet_of(request).heartbeat(
+        worker_id,
+        m.HeartbeatReceived(
+            status=body.status,
+            current_job_id=body.current_job_id,
+            job_progress=body.job_progress,
+            gpu_utilization=body.gpu_utilization,
+            vram_used_gb=body.vram_used_gb,
+        ),
+    )
+    if not accepted:
+        raise ApiError(409, "worker is offline; register again (POST /api/workers/register)")
+    return web.json_response({"success": True})
+
+
+@routes.route(
+    "POST",
+    "/api/workers/job/{job_id}/status",
+    summary="Report a job's status and progress; the first report acknowledges the dispatch",
+    request=JobStatusRequest,
+    response=SuccessResponse,
+    auth="worker",
+    errors={
+        403: "Worker not assigned to this job",
+        404: "Job not found",
+        409: "The job was reassigned or has ended; abandon it",
+    },
+)
+async def report_job_status(request: web.Request) -> web.StreamResponse:
+    body = await parse_body(request, JobStatusRequest)
+    job_id = request.match_info["job_id"]
+    worker_id = worker_id_of(request)
+    fleet = fleet_of(request)
+    status = "running" if body.status == "training" else body.status
+    result = await fleet.report_status(
+        worker_id, job_id, m.StatusReported(worker_id, status, body.progress, body.error)
+    )
+    if status not in _TERMINAL:
+        return web.json_response({"success": True})
+    # The worker gets its next job only once this answer is on the wire: SimpleTuner's
+    # agent drops a job_submit that arrives while its final report is in flight.
+    response = web.json_response({"success": True})
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    finally:
+        if result.get("release_hold"):
+            fleet.report_written(worker_id, job_id)
+    return response
+
+
+@routes.route(
+    "POST",
+    "/api/workers/job/{job_id}/logs",
+    summary="Append a batch of the job's output lines (tunefleet addition)",
+    request=JobLogsRequest,
+    response=SuccessResponse,
+    auth="worker",
+    errors={403: "Worker not assigned to this job", 404: "Job not found"},
+)
+async def report_job_logs(request: web.Request) -> web.StreamResponse:
+    body = await parse_body(request, JobLogsRequest)
+    lines = [line.model_dump() for line in body.lines]
+    stored = await fleet_of(request).report_logs(
+        worker_id_of(request), request.match_info["job_id"], body.attempt, lines
+    )
+    return web.json_response({"success": True, "stored": stored})
+
+
+@routes.route(
+    "GET",
+    "/api/workers/queue",
+    summary="Whether a pending job this worker qualifies for exists",
+    query=WorkerIdQuery,
+    response=QueueCheckResponse,
+    auth="worker",
+)
+async def worker_queue_check(request: web.Request) -> web.StreamResponse:
+    query = parse_query(request, WorkerIdQuery)
+    worker_id = check_worker_id(request, query.worker_id)
+    return web.json_response({"has_jobs": await fleet_of(request).has_work_for(worker_id)})
+
+
+@routes.route(
+    "POST",
+    "/api/workers/disconnect",
+    summary="Graceful shutdown notice",
+    request=DisconnectRequest,
+    response=SuccessResponse,
+    auth="worker",
+)
+async def worker_disconnect(request: web.Request) -> web.StreamResponse:
+    body = await parse_body(request, DisconnectRequest)
+    worker_id = check_worker_id(request, body.worker_id)
+    await fleet_of(request).disconnect(worker_id)
+    return web.json_response({"success": True})

@@ -1,0 +1,109 @@
+"""Server-Sent Event streams for people: the live event feed and a job's log follow."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import web
+from aiohttp_sse import EventSourceResponse
+
+from tunefleet.actors.events import HubEvent
+from tunefleet.actors.records import iso
+from tunefleet.http import keys
+from tunefleet.http.job_views import log_line_view
+
+_PING_S = 15.0
+_NO_LIBRARY_PING_S = 86_400.0
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_BACKLOG_PAGE = 1000
+
+
+async def _start(request: web.Request) -> EventSourceResponse:
+    sse = EventSourceResponse(ping_interval=_NO_LIBRARY_PING_S)
+    sse.headers["X-Accel-Buffering"] = "no"  # let reverse proxies pass events at once
+    await sse.prepare(request)
+    return sse
+
+
+async def _send(sse: EventSourceResponse, kind: str, data: dict[str, Any], id_: Any = None) -> None:
+    payload = json.dumps({"type": kind, **data}, separators=(",", ":"), default=str)
+    await sse.send(payload, event=kind, id=str(id_) if id_ is not None else None)
+
+
+async def _next(queue: asyncio.Queue[HubEvent], sse: EventSourceResponse) -> HubEvent:
+    """The next hub event; sends a ping while waiting so dead clients are noticed."""
+    while True:
+        try:
+            return await asyncio.wait_for(queue.get(), timeout=_PING_S)
+        except TimeoutError:
+            await _send(sse, "ping", {})
+
+
+async def _finish(sse: EventSourceResponse) -> EventSourceResponse:
+    sse.stop_streaming()
+    with contextlib.suppress(ConnectionResetError, RuntimeError):
+        await sse.write_eof()
+    return sse
+
+
+async def stream_events(request: web.Request) -> web.StreamResponse:
+    """Every fleet and queue change, for live pages, until the client leaves."""
+    hub = request.app[keys.HUB]
+    with hub.subscribe() as sub:
+        sse = await _start(request)
+        await _send(sse, "hello", {"subscribers": hub.subscriber_count})
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            while not sub.overflowed:
+                event = await _next(sub.queue, sse)
+                await _send(sse, event.kind, event.data, event.seq)
+            await _send(sse, "overflow", {"detail": "fell behind; reload and reconnect"})
+    return await _finish(sse)
+
+
+async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> web.StreamResponse:
+    """What is stored, then each new line as agents report it, then `end`."""
+    hub = request.app[keys.HUB]
+    store = request.app[keys.STORE]
+    with hub.subscribe(frozenset({"job_logs", "job"})) as sub:
+        sse = await _start(request)
+        seen: dict[int, int] = {}  # attempt → highest agent seq sent from the backlog
+        cursor = max(0, from_seq - 1)
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            while True:
+                rows = await store.read_logs(job_id, after_id=cursor, limit=_BACKLOG_PAGE)
+                for row in rows:
+                    await _send(sse, "log", log_line_view(row), row.id)
+                    seen[row.attempt] = max(seen.get(row.attempt, -1), row.seq)
+                    cursor = row.id
+                if len(rows) < _BACKLOG_PAGE:
+                    break
+            job = await store.get_job(job_id)
+            if job is not None and job.state in _TERMINAL:
+                await _send(sse, "end", {"job_id": job_id, "status": job.state, "error": job.error})
+                return await _finish(sse)
+            while not sub.overflowed:
+                event = await _next(sub.queue, sse)
+                if event.data.get("job_id") != job_id:
+                    continue
+                if event.kind == "job_logs":
+                    attempt = event.data.get("attempt") or 1
+                    for line in event.data.get("lines", []):
+                        if line["seq"] <= seen.get(attempt, -1):
+                            continue
+                        view = {**line, "attempt": attempt, "at": iso(line.get("at"))}
+                        await _send(sse, "log", view)
+                elif event.data.get("status") in _TERMINAL:
+                    await _send(
+                        sse,
+                        "end",
+                        {
+                            "job_id": job_id,
+                            "status": event.data["status"],
+                            "error": event.data.get("error"),
+                        },
+                    )
+                    break
+    return await _finish(sse)
