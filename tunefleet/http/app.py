@@ -22,6 +22,7 @@ from tunefleet.actors.runtime import ActorSystem
 from tunefleet.agent.executor import JobExecutor
 from tunefleet.agent.gpu import GpuProbe
 from tunefleet.audit import AuditLog
+from tunefleet.errors import TunefleetError
 from tunefleet.http import keys
 from tunefleet.http.bootstrap import ensure_admin_token, startup_banner
 from tunefleet.http.metrics import Metrics
@@ -155,6 +156,15 @@ async def _close_streams(app: web.Application) -> None:
 
 def run_server(options: ServerOptions) -> int:
     configure_logging(options.log_format, options.verbose)
+    try:
+        return _serve(options)
+    except TunefleetError as error:
+        # Bad TLS files, an unreachable or too-new database: one line, no traceback.
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _serve(options: ServerOptions) -> int:
     ssl_context = None
     if options.use_ssl:
         if options.ssl_cert and options.ssl_key:
