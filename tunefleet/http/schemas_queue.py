@@ -302,12 +302,16 @@ class QueueStatsResponse(ResponseModel):
 
 
 class JobLogsQuery(RequestModel):
-    """GET /api/queue/{job_id}/logs?from_seq=0&limit=1000"""
+    """GET /api/queue/{job_id}/logs?from_seq=0&limit=1000[&follow=true]"""
 
     from_seq: int = Field(default=0, ge=0, le=2**53, description="First seq to return")
     limit: int = Field(default=1000, ge=1, le=5000)
     attempt: int | None = Field(default=None, ge=1, le=10_000)
     stream: LogStream | None = None
+    follow: bool = Field(
+        default=False,
+        description="Stream new lines as Server-Sent Events until the job ends",
+    )
 
 
 class LogLineView(ResponseModel):
