@@ -15,28 +15,18 @@ from urllib.parse import quote
 
 import psycopg2
 import pytest
-from storage_testkit import DbTarget
+from storage_testkit import PG_DB, PG_HOST, PG_PORT, PG_USER, DbTarget, pg_connect
 
 from tunefleet.storage.database import Database, open_database
 from tunefleet.storage.store import Store
 
-PG_HOST, PG_PORT, PG_DB, PG_USER = "127.0.0.1", 5432, "test", "postgres"
-
 _pg_error: list[str | None] = []  # probed once per session; [None] means reachable
-
-
-def _pg_connect() -> psycopg2.extensions.connection:
-    conn = psycopg2.connect(
-        host=PG_HOST, port=PG_PORT, dbname=PG_DB, user=PG_USER, connect_timeout=3
-    )
-    conn.autocommit = True
-    return conn
 
 
 def _pg_unreachable() -> str | None:
     if not _pg_error:
         try:
-            _pg_connect().close()
+            pg_connect().close()
         except psycopg2.Error as exc:
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             _pg_error.append(first_line)
@@ -54,7 +44,7 @@ def db_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DbTarg
     if error is not None:
         pytest.skip(f"PostgreSQL not reachable on {PG_HOST}:{PG_PORT}: {error}")
     schema = f"tf_test_{uuid.uuid4().hex[:16]}"
-    admin = _pg_connect()
+    admin = pg_connect()
     try:
         with admin.cursor() as cursor:
             cursor.execute("SET lock_timeout = '10s'")

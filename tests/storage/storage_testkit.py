@@ -6,8 +6,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import peewee as pw
+import psycopg2
 
 from tunefleet.storage.urls import build_peewee_database, parse_database_url
+
+# The shared test server: trust auth, so no password.
+PG_HOST, PG_PORT, PG_DB, PG_USER = "127.0.0.1", 5432, "test", "postgres"
+
+
+def pg_connect() -> psycopg2.extensions.connection:
+    """An autocommit admin connection to the test server (schemas, killing backends)."""
+    conn = psycopg2.connect(
+        host=PG_HOST, port=PG_PORT, dbname=PG_DB, user=PG_USER, connect_timeout=3
+    )
+    conn.autocommit = True
+    return conn
 
 
 @dataclass(frozen=True)

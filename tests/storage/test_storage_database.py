@@ -9,7 +9,7 @@ from pathlib import Path
 
 import peewee as pw
 import pytest
-from storage_testkit import DbTarget
+from storage_testkit import DbTarget, pg_connect
 
 from tunefleet.storage.database import Database, open_database
 from tunefleet.storage.errors import DatabaseClosed
@@ -226,3 +226,52 @@ async def test_sqlite_in_memory(tmp_path: Path) -> None:
     finally:
         await db.close()
     assert not await asyncio.to_thread(lambda: list(tmp_path.iterdir()))
+
+
+class _Escape(BaseException):
+    """Stands for SystemExit and friends, which `except Exception` does not catch."""
+
+
+async def test_a_dead_db_thread_leaves_nobody_waiting(db_target: DbTarget) -> None:
+    db = await open_database(db_target.url, db_target.data_dir)
+
+    def escape() -> None:
+        raise _Escape
+
+    gate, held = await _hold_thread(db)
+    doomed = asyncio.create_task(db.write(escape))
+    bystander = asyncio.create_task(db.write(_insert_worker("w_bystander")))
+    await _queued(db, 2)
+    gate.release.set()
+    await held
+    for task in (doomed, bystander):
+        with pytest.raises(DatabaseClosed, match="the database thread stopped: _Escape"):
+            await task
+    with pytest.raises(DatabaseClosed):
+        await db.read(_worker_ids)
+    await db.close()
+
+    reopened = await open_database(db_target.url, db_target.data_dir)
+    try:  # the bystander shared the crashed transaction, so it was not committed
+        assert await reopened.read(_worker_ids) == []
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize(
+    "db_target", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_a_lost_postgres_connection_is_reopened(db: Database) -> None:
+    pid = await db.read(lambda: database_proxy.execute_sql("SELECT pg_backend_pid()").fetchone()[0])
+    admin = await asyncio.to_thread(pg_connect)
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    finally:
+        admin.close()
+    # The call that meets the dead connection fails (a write's fate would be unknown,
+    # so nothing is retried blindly); the next one gets a new connection.
+    with pytest.raises(pw.DatabaseError):
+        await db.write(_insert_worker("w_lost"))
+    assert await db.write(_insert_worker("w_after")) == "w_after"
+    assert await db.read(_worker_ids) == ["w_after"]

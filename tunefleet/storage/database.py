@@ -53,7 +53,7 @@ class DatabaseStats:
 
 
 class _Call:
-    __slots__ = ("fn", "future", "is_write", "loop")
+    __slots__ = ("fn", "future", "is_write", "loop", "settled")
 
     def __init__(
         self,
@@ -66,8 +66,10 @@ class _Call:
         self.loop = loop
         self.future = future
         self.is_write = is_write
+        self.settled = False
 
     def settle(self, ok: bool, value: Any) -> None:
+        self.settled = True
         # A closed caller loop (RuntimeError) means nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(_settle_future, self.future, ok, value)
@@ -151,6 +153,7 @@ class Database:
 
     def _run(self) -> None:
         stopping = False
+        calls: list[_Call] = []
         try:
             while not stopping:
                 batch = [self._queue.get()]
@@ -161,17 +164,29 @@ class Database:
                         break
                 calls = [item for item in batch if isinstance(item, _Call)]
                 stopping = len(calls) != len(batch)
-                # Writes first, so a read never sees a state older than a write queued
-                # before it; the reads of a batch then run between this batch's write
-                # groups and the next batch's.
-                writes = [call for call in calls if call.is_write]
-                for start in range(0, len(writes), self._max_group):
-                    self._run_write_group(writes[start : start + self._max_group])
-                for call in calls:
-                    if not call.is_write:
-                        self._run_read(call)
+                self._run_batch(calls)
+        except BaseException as exc:
+            # Only a BaseException from a callable (SystemExit...) or a bug gets here.
+            # Nobody may be left waiting on a thread that is gone.
+            self._closing = True
+            log.exception("storage.thread_crashed", database=self.description)
+            stopped = DatabaseClosed(f"the database thread stopped: {exc!r}")
+            for call in calls:
+                if not call.settled:
+                    call.settle(False, stopped)
         finally:
             self._shut_down()
+
+    def _run_batch(self, calls: list[_Call]) -> None:
+        # Writes first, so a read never sees a state older than a write queued before
+        # it; the reads of a batch then run between this batch's write groups and the
+        # next batch's.
+        writes = [call for call in calls if call.is_write]
+        for start in range(0, len(writes), self._max_group):
+            self._run_write_group(writes[start : start + self._max_group])
+        for call in calls:
+            if not call.is_write:
+                self._run_read(call)
 
     def _connection(self) -> pw.Database:
         """The connected peewee database; reconnects after a lost PostgreSQL connection."""
