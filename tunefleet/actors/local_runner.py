@@ -136,7 +136,7 @@ class LocalRunner:
             config=dict(data.get("config") or {}),
             dataloader=data.get("dataloader"),
             command=data.get("command"),
-            env=dict(data.get("env") or {}),
+            env={**dict(data.get("env") or {}), **self._gpu_env(data)},
         )
         try:
             await self._report(job_id, "starting", None, None)
@@ -162,6 +162,15 @@ class LocalRunner:
             self._current = None
             self._progress = None
             self.fleet.report_written(LOCAL_WORKER_ID, job_id)
+
+    def _gpu_env(self, data: dict[str, Any]) -> dict[str, str]:
+        """Give the job the GPUs it asked for (all of them when it named none)."""
+        if self.inventory.count == 0:
+            return {}
+        wanted = int((data.get("requirements") or {}).get("gpu_count") or 0)
+        count = min(wanted or self.inventory.count, self.inventory.count)
+        indices = [str(d.index) for d in self.inventory.devices[:count]]
+        return {"CUDA_VISIBLE_DEVICES": ",".join(indices)}
 
     async def _report(
         self, job_id: str, status: str, progress: dict[str, Any] | None, error: str | None
