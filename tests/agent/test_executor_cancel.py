@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from pathlib import Path
 
 import pytest
 from executor_testkit import Recorder, executor, gone, process_alive, script, spec
 
+from tunefleet.agent import executor as executor_module
 from tunefleet.agent.executor import ExecutorBusy
 from tunefleet.errors import TunefleetError
 
@@ -153,3 +155,37 @@ async def test_cancelling_the_run_task_kills_the_job_at_once(tmp_path: Path) -> 
     assert await gone(rec.started[0].pid)
     assert await gone(grandchild)
     assert not ex.busy
+
+
+ESCAPED = """
+    import subprocess, sys
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
+    print(f"ready {child.pid}", flush=True)
+"""
+
+
+async def test_an_escaped_child_holding_the_pipes_cannot_hang_the_run_and_a_late_cancel_is_moot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(executor_module, "_DRAIN_TIMEOUT_S", 1.0)
+    rec = Recorder()
+    ex = executor(tmp_path)
+    run = asyncio.create_task(ex.run(spec(script(ESCAPED)), rec))
+    await rec.wait_until(lambda: any(t.startswith("ready ") for t in rec.texts()))
+    escaped = ready_pid(rec)
+    try:
+        assert await gone(rec.started[0].pid)
+        attempt = ex._attempt  # white box: wait until asyncio has seen the exit
+        for _ in range(500):
+            if attempt is None or attempt._proc is None or attempt._proc.returncode is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert not run.done()  # still waiting for the pipes the escaped child holds
+        await ex.cancel("too late")
+        outcome = await asyncio.wait_for(run, timeout=10)
+        assert outcome.status == "completed"
+        assert process_alive(escaped)  # out of the group, out of reach: documented
+    finally:
+        os.kill(escaped, signal.SIGKILL)

@@ -159,6 +159,10 @@ class _Attempt:
     def request_cancel(self, reason: str) -> None:
         if self.cancel_reason is not None:
             return
+        if self._proc is not None and self._proc.returncode is not None:
+            # The main process already ended on its own: its exit decides the outcome.
+            self._log.info("cancel after the job exited; outcome stands", reason=reason)
+            return
         self.cancel_reason = reason
         self._cancelled.set()
         self._log.info("cancelling job", reason=reason)
