@@ -247,3 +247,10 @@ async def test_rerun_of_same_attempt_starts_with_fresh_progress(tmp_path: Path) 
     assert rec.progress[-1]["step"] == 1
     progress_file = tmp_path / "jobs" / "j_1" / "attempt-1" / "progress.jsonl"
     assert progress_file.read_text().count("\n") == 1
+
+
+async def test_default_command_may_be_a_string(tmp_path: Path) -> None:
+    rec = Recorder()
+    ex = JobExecutor(tmp_path, "python -c 'print(\"from a string\")'")
+    assert (await ex.run(spec(None), rec)).status == "completed"
+    assert rec.texts("stdout") == ["from a string"]
