@@ -1,0 +1,300 @@
+"""The HTTP client for the worker endpoints of the orchestrator (docs: PROTOCOL.md).
+
+Every failure becomes one of a few errors whose message is what the user reads, with
+what to do about it; the agent decides from the error's type whether to retry
+(``OrchestratorUnreachable``) or to stop (``InvalidToken``, ``TlsVerificationFailed``,
+``OrchestratorNotFound``).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import ssl
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from tunefleet import __version__
+from tunefleet.agent.sse import SseEvent, SseParser
+from tunefleet.errors import TunefleetError
+
+USER_AGENT = f"tunefleet-agent/{__version__}"
+
+CONNECTION_REFUSED_HINT = (
+    "Check the orchestrator URL and port, that firewall rules allow inbound connections "
+    "to that port, and that the orchestrator listens on all interfaces "
+    "(tunefleet server --host 0.0.0.0)."
+)
+INVALID_TOKEN_MESSAGE = (
+    "Invalid token: the orchestrator rejected the worker token (HTTP 401). The token may "
+    "have been rotated or the worker deleted: ask an administrator for a new token "
+    "(POST /api/admin/workers/<worker_id>/token), and check the token for stray whitespace."
+)
+TLS_HINT = (
+    "If the orchestrator uses a self-signed certificate, pass its CA certificate with "
+    "--ca-cert /path/to/ca.pem (or add it to the system trust store); --ssl-no-verify turns "
+    "verification off (development only)."
+)
+
+
+class AgentError(TunefleetError):
+    """Base of the errors the worker agent reports to its user."""
+
+
+class InvalidToken(AgentError):
+    """401: retrying cannot help; the agent exits."""
+
+    def __init__(self) -> None:
+        super().__init__(INVALID_TOKEN_MESSAGE)
+
+
+class TlsVerificationFailed(AgentError):
+    """The orchestrator's certificate did not verify; retrying cannot help."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"SSL certificate verify failed for {url}: {reason}. {TLS_HINT}")
+
+
+class OrchestratorNotFound(AgentError):
+    """The URL answers, but not as an orchestrator (404 on the register endpoint)."""
+
+    def __init__(self, url: str, status: int) -> None:
+        super().__init__(
+            f"{url} answered HTTP {status}: that URL does not serve the worker API. Check "
+            "--orchestrator-url (the orchestrator's base URL, e.g. https://host:8001)."
+        )
+
+
+class OrchestratorUnreachable(AgentError):
+    """The orchestrator cannot be reached or answered 5xx: try again later."""
+
+
+class StreamLost(OrchestratorUnreachable):
+    """The job stream ended, went silent, or was not an event stream."""
+
+
+class RequestRejected(AgentError):
+    """A 4xx other than 401: the request itself was refused; ``status`` says why."""
+
+    def __init__(self, status: int, detail: str, what: str) -> None:
+        self.status = status
+        self.detail = detail
+        super().__init__(f"{what} refused with HTTP {status}: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    worker_id: str
+    sse_url: str
+    resume_job: dict[str, Any] | None
+    abandon_job: str | None
+
+
+class WorkerClient:
+    """One aiohttp session to one orchestrator, authenticated with the worker token.
+
+    ``base_url`` may carry a path prefix (a reverse proxy's), which every endpoint keeps.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        tls: ssl.SSLContext | bool = True,
+        request_timeout_s: float = 30.0,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._headers = {"X-Worker-Token": token, "User-Agent": USER_AGENT}
+        self._tls = tls
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> WorkerClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # --- endpoints ----------------------------------------------------------------------
+
+    async def register(self, body: Mapping[str, Any]) -> Registration:
+        try:
+            data = await self._request("POST", "/api/workers/register", "registration", body)
+        except RequestRejected as error:
+            if error.status in (404, 405):
+                raise OrchestratorNotFound(self.base_url, error.status) from error
+            raise
+        return _registration(data)
+
+    async def heartbeat(self, body: Mapping[str, Any], timeout_s: float | None = None) -> None:
+        await self._request("POST", "/api/workers/heartbeat", "heartbeat", body, timeout_s)
+
+    async def report_status(self, job_id: str, body: Mapping[str, Any]) -> None:
+        path = f"/api/workers/job/{job_id}/status"
+        await self._request("POST", path, f"status report for job {job_id}", body)
+
+    async def send_logs(self, job_id: str, body: Mapping[str, Any]) -> None:
+        path = f"/api/workers/job/{job_id}/logs"
+        await self._request("POST", path, f"logs for job {job_id}", body)
+
+    async def queue_has_jobs(self, worker_id: str) -> bool:
+        path = f"/api/workers/queue?worker_id={quote(worker_id)}"
+        data = await self._request("GET", path, "queue check", None)
+        return isinstance(data, dict) and bool(data.get("has_jobs"))
+
+    async def disconnect(self, worker_id: str, timeout_s: float | None = None) -> None:
+        body = {"worker_id": worker_id}
+        await self._request("POST", "/api/workers/disconnect", "disconnect", body, timeout_s)
+
+    async def stream(
+        self, sse_url: str, last_event_id: str | None, read_timeout_s: float
+    ) -> AsyncGenerator[SseEvent, None]:
+        """The job stream's events. Ends only by raising: a closed or silent stream is
+        ``StreamLost``. Wrap it in ``contextlib.aclosing`` so it closes promptly."""
+        url = sse_url if sse_url.startswith(("http://", "https://")) else self._url(sse_url)
+        headers = {**self._headers, "Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.connect_timeout_s, sock_read=read_timeout_s
+        )
+        try:
+            async with self._client().get(url, headers=headers, timeout=timeout) as response:
+                if response.status != 200:
+                    _raise_for_status(response.status, await _read_body(response), "job stream")
+                if response.content_type != "text/event-stream":
+                    raise StreamLost(f"{url} answered {response.content_type}, not an event stream")
+                parser = SseParser()
+                async for chunk in response.content.iter_any():
+                    for event in parser.feed(chunk):
+                        yield event
+            raise StreamLost("the orchestrator closed the job stream")
+        except TimeoutError as error:
+            raise StreamLost(
+                f"no event or ping on the job stream for {read_timeout_s:g} s"
+            ) from error
+        except aiohttp.ClientError as error:
+            raise connection_error(self.base_url, error) from error
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        return self.base_url + path
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # Created lazily: a session belongs to the running event loop.
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._tls))
+        return self._session
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        body: Mapping[str, Any] | None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        timeout = aiohttp.ClientTimeout(
+            total=timeout_s or self.request_timeout_s, sock_connect=self.connect_timeout_s
+        )
+        try:
+            async with self._client().request(
+                method, self._url(path), json=body, headers=self._headers, timeout=timeout
+            ) as response:
+                data = await _read_body(response)
+        except TimeoutError as error:
+            raise OrchestratorUnreachable(
+                f"{what} to {self.base_url} timed out after {timeout.total:g} s"
+            ) from error
+        except aiohttp.ClientError as error:
+            raise connection_error(self.base_url, error) from error
+        _raise_for_status(response.status, data, what)
+        return data
+
+
+def connection_error(url: str, error: aiohttp.ClientError) -> AgentError:
+    """Translate aiohttp's exception into the message the user needs."""
+    if isinstance(error, aiohttp.ClientConnectorCertificateError):
+        return TlsVerificationFailed(url, str(error.certificate_error))
+    if isinstance(error, aiohttp.ClientSSLError):
+        return OrchestratorUnreachable(
+            f"TLS handshake with {url} failed: {error}. Is the orchestrator serving HTTPS "
+            "(started with --ssl)? Use an http:// URL for one that is not."
+        )
+    if isinstance(error, aiohttp.ClientConnectorError):
+        cause = error.os_error
+        if isinstance(cause, socket.gaierror):
+            return OrchestratorUnreachable(
+                f"Cannot resolve the orchestrator's host name in {url}: {cause}. Check the URL."
+            )
+        if isinstance(cause, ConnectionRefusedError) or cause.errno == errno.ECONNREFUSED:
+            return OrchestratorUnreachable(
+                f"Connection refused by {url}: nothing is listening there. "
+                + CONNECTION_REFUSED_HINT
+            )
+        return OrchestratorUnreachable(
+            f"Cannot connect to {url}: {cause}. " + CONNECTION_REFUSED_HINT
+        )
+    return OrchestratorUnreachable(f"Connection to {url} lost: {error!r}")
+
+
+async def _read_body(response: aiohttp.ClientResponse) -> Any:
+    text = await response.text(errors="replace")
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return text
+
+
+def _raise_for_status(status: int, data: Any, what: str) -> None:
+    if status < 400:
+        return
+    if status == 401:
+        raise InvalidToken()
+    detail = data.get("detail") if isinstance(data, dict) else None
+    if not isinstance(detail, str):
+        detail = str(data)[:200] if data else "(no detail)"
+    if status >= 500:
+        raise OrchestratorUnreachable(
+            f"{what} failed: the orchestrator answered {status}: {detail}"
+        )
+    raise RequestRejected(status, detail, what)
+
+
+def _registration(data: Any) -> Registration:
+    if not isinstance(data, dict) or not isinstance(data.get("worker_id"), str):
+        raise OrchestratorUnreachable(
+            f"the registration answer is not the worker protocol's: {str(data)[:200]!r}"
+        )
+    worker_id = data["worker_id"]
+    sse_url = data.get("sse_url")
+    resume = data.get("resume_job")
+    abandon = data.get("abandon_job")
+    return Registration(
+        worker_id=worker_id,
+        sse_url=sse_url
+        if isinstance(sse_url, str) and sse_url
+        else f"/api/workers/stream?worker_id={worker_id}",
+        resume_job=resume if isinstance(resume, dict) else None,
+        abandon_job=abandon if isinstance(abandon, str) and abandon else None,
+    )

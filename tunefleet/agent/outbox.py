@@ -1,0 +1,297 @@
+"""Reports the agent owes the orchestrator, kept in order until they are delivered.
+
+While the orchestrator is unreachable a job keeps running; its status changes,
+progress and log lines wait here and go out in the order they happened once it is
+back. Progress is a "latest value", so a newer one replaces one not yet sent; log
+lines join the batch at the tail. Status reports are never dropped; log lines are,
+oldest first, past a limit, so a trainer that floods its output during a long outage
+cannot exhaust the agent's memory (the orchestrator sees the gap in ``seq``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import structlog
+
+from tunefleet.agent.backoff import Backoff
+from tunefleet.agent.client import OrchestratorUnreachable, RequestRejected
+from tunefleet.agent.executor import LogLine
+
+log = structlog.get_logger(__name__)
+
+ReportKind = Literal["status", "logs"]
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(slots=True, eq=False)
+class Report:
+    """One request to make: a status report (``body`` is its JSON) or a log batch."""
+
+    kind: ReportKind
+    job_id: str
+    body: dict[str, Any]
+    in_flight: bool = False
+
+    @property
+    def final(self) -> bool:
+        return self.kind == "status" and self.body.get("status") in TERMINAL_STATUSES
+
+    @property
+    def line_count(self) -> int:
+        return len(self.body["lines"]) if self.kind == "logs" else 0
+
+
+class Outbox:
+    def __init__(self, *, max_batch_lines: int = 500, max_log_lines: int = 50_000) -> None:
+        self.max_batch_lines = max_batch_lines
+        self.max_log_lines = max_log_lines
+        self.logs_enabled = True
+        self.dropped_log_lines = 0
+        self._items: deque[Report] = deque()
+        self._log_lines = 0
+        self._nonempty = asyncio.Event()
+        self._empty = asyncio.Event()
+        self._empty.set()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def pending(self) -> list[Report]:
+        return list(self._items)
+
+    # --- adding -----------------------------------------------------------------------
+
+    def add_status(
+        self,
+        job_id: str,
+        status: str,
+        *,
+        progress: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        body = {"status": status, "progress": progress, "error": error}
+        self._append(Report("status", job_id, body))
+
+    def add_progress(self, job_id: str, progress: dict[str, Any]) -> None:
+        """A ``running`` report with this progress, replacing a newer-than-sent one."""
+        for report in reversed(self._items):
+            if report.kind != "status" or report.job_id != job_id:
+                continue
+            if report.final:
+                return  # nothing goes out after a job's final report
+            if report.body["status"] == "running" and not report.in_flight:
+                report.body["progress"] = progress
+                return
+            break  # the last status for this job is another one: progress comes after it
+        self.add_status(job_id, "running", progress=progress)
+
+    def add_logs(self, job_id: str, attempt: int, lines: Sequence[LogLine]) -> None:
+        if not self.logs_enabled or not lines:
+            return
+        wire = [{"seq": ln.seq, "stream": ln.stream, "line": ln.line, "at": ln.at} for ln in lines]
+        tail = self._items[-1] if self._items else None
+        if (
+            tail is not None
+            and tail.kind == "logs"
+            and tail.job_id == job_id
+            and tail.body["attempt"] == attempt
+            and not tail.in_flight
+            and tail.line_count + len(wire) <= self.max_batch_lines
+        ):
+            tail.body["lines"].extend(wire)
+            self._log_lines += len(wire)
+        else:
+            for start in range(0, len(wire), self.max_batch_lines):
+                chunk = wire[start : start + self.max_batch_lines]
+                self._append(Report("logs", job_id, {"lines": chunk, "attempt": attempt}))
+        self._trim_logs()
+
+    # --- taking -----------------------------------------------------------------------
+
+    def head(self) -> Report | None:
+        return self._items[0] if self._items else None
+
+    async def next(self) -> Report:
+        while not self._items:
+            await self._nonempty.wait()
+        return self._items[0]
+
+    async def wait_empty(self) -> None:
+        await self._empty.wait()
+
+    def remove(self, report: Report) -> None:
+        """The report was delivered (or refused for good): it leaves the queue."""
+        try:
+            self._items.remove(report)
+        except ValueError:
+            return  # dropped meanwhile (its job was abandoned)
+        self._log_lines -= report.line_count
+        self._changed()
+
+    def drop_job(self, job_id: str) -> int:
+        """Forget every report of an abandoned job; the one in flight finishes alone."""
+        return self._drop(lambda r: r.job_id == job_id and not r.in_flight)
+
+    def disable_logs(self) -> int:
+        """The orchestrator takes no logs: stop forwarding and forget the queued ones."""
+        self.logs_enabled = False
+        return self._drop(lambda r: r.kind == "logs" and not r.in_flight)
+
+    def holds_final(self, job_id: str) -> bool:
+        return any(r.final and r.job_id == job_id for r in self._items)
+
+    # --- internals --------------------------------------------------------------------
+
+    def _append(self, report: Report) -> None:
+        self._items.append(report)
+        self._log_lines += report.line_count
+        self._changed()
+
+    def _drop(self, doomed: Callable[[Report], bool]) -> int:
+        kept = [r for r in self._items if not doomed(r)]
+        dropped = len(self._items) - len(kept)
+        self._items = deque(kept)
+        self._log_lines = sum(r.line_count for r in kept)
+        self._changed()
+        return dropped
+
+    def _trim_logs(self) -> None:
+        excess = self._log_lines - self.max_log_lines
+        if excess <= 0:
+            return
+        for report in _oldest_log_batches(self._items):
+            lines = report.body["lines"]
+            cut = min(excess, len(lines))
+            del lines[:cut]
+            excess -= cut
+            self._log_lines -= cut
+            self.dropped_log_lines += cut
+            if excess <= 0:
+                break
+        self._items = deque(r for r in self._items if r.kind != "logs" or r.body["lines"])
+        log.warning(
+            "log buffer full; dropped the oldest lines",
+            dropped_total=self.dropped_log_lines,
+            limit=self.max_log_lines,
+        )
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._items:
+            self._nonempty.set()
+            self._empty.clear()
+        else:
+            self._nonempty.clear()
+            self._empty.set()
+
+
+def _oldest_log_batches(items: Iterable[Report]) -> Iterable[Report]:
+    return (r for r in items if r.kind == "logs" and not r.in_flight)
+
+
+class ReportClient(Protocol):
+    async def report_status(self, job_id: str, body: dict[str, Any]) -> None: ...
+    async def send_logs(self, job_id: str, body: dict[str, Any]) -> None: ...
+
+
+class ReportSender:
+    """Delivers the outbox head first, retrying with backoff while the orchestrator is
+    unreachable and waiting while the agent is offline (``online`` is clear).
+
+    A report refused with 403, 409 or "Job not found" means the job is no longer this
+    worker's: its reports are dropped and ``on_abandon(job_id, detail)`` is called.
+    A 404 on the logs endpoint (an orchestrator without one, like SimpleTuner's) turns
+    log forwarding off. ``on_settled(report)`` is called when a report leaves the queue
+    by delivery or final refusal. ``InvalidToken`` propagates: the agent must stop.
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        client: ReportClient,
+        *,
+        online: asyncio.Event,
+        backoff: Backoff,
+        sleep: Callable[[float], Awaitable[None]],
+        on_abandon: Callable[[str, str], None],
+        on_settled: Callable[[Report], None],
+    ) -> None:
+        self.outbox = outbox
+        self.client = client
+        self.online = online
+        self.backoff = backoff
+        self.sleep = sleep
+        self.on_abandon = on_abandon
+        self.on_settled = on_settled
+
+    async def run(self) -> None:
+        while True:
+            report = await self.outbox.next()
+            await self.online.wait()
+            if report is not self.outbox.head():
+                continue  # the queue changed while we waited
+            report.in_flight = True
+            try:
+                await self._send(report)
+            except OrchestratorUnreachable as error:
+                delay = self.backoff.next_delay()
+                log.info(
+                    "report not delivered; retrying",
+                    job_id=report.job_id,
+                    kind=report.kind,
+                    error=str(error),
+                    retry_in_s=round(delay, 2),
+                )
+                await self.sleep(delay)
+                continue
+            except RequestRejected as error:
+                self._refused(report, error)
+                continue
+            finally:
+                report.in_flight = False
+            self.backoff.reset()
+            self.outbox.remove(report)
+            self.on_settled(report)
+
+    async def _send(self, report: Report) -> None:
+        if report.kind == "status":
+            await self.client.report_status(report.job_id, report.body)
+        else:
+            await self.client.send_logs(report.job_id, report.body)
+
+    def _refused(self, report: Report, error: RequestRejected) -> None:
+        job_gone = error.detail.startswith("Job not found")
+        if report.kind == "logs" and error.status in (404, 405) and not job_gone:
+            dropped = self.outbox.disable_logs()
+            self.outbox.remove(report)
+            log.info(
+                "the orchestrator takes no job logs; log forwarding is off",
+                status=error.status,
+                dropped_batches=dropped + 1,
+            )
+            return
+        if error.status in (403, 409) or job_gone:
+            self.outbox.remove(report)
+            self.outbox.drop_job(report.job_id)
+            log.warning(
+                "job no longer assigned to this worker; abandoning it",
+                job_id=report.job_id,
+                status=error.status,
+                detail=error.detail,
+            )
+            self.on_abandon(report.job_id, error.detail)
+            return
+        log.error(
+            "report refused; dropping it",
+            job_id=report.job_id,
+            kind=report.kind,
+            status=error.status,
+            detail=error.detail,
+        )
+        self.outbox.remove(report)
+        self.on_settled(report)
