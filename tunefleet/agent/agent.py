@@ -1,0 +1,429 @@
+"""The worker agent: register, read the job stream, run jobs, heartbeat, reconnect, stop.
+
+Three long-lived tasks, watched together (the first to end stops the whole cleanly):
+the connection (register, then read the stream; on loss, back off and register again),
+the heartbeat loop (nothing else can delay it: not a silent trainer, not a flooding
+one, not a slow report), and the report sender (the outbox, in order). A job runs on
+its own task through the JobExecutor; its reports go through the outbox, so a job
+keeps running while the orchestrator is away and its reports arrive after it returns.
+
+The agent's own view of its lifecycle is the worker state machine of fsm/ (connecting,
+idle, busy, draining, offline); the orchestrator keeps the authoritative one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import structlog
+
+from tunefleet import __version__
+from tunefleet.agent.backoff import Backoff
+from tunefleet.agent.client import (
+    InvalidToken,
+    OrchestratorUnreachable,
+    Registration,
+    RequestRejected,
+    WorkerClient,
+)
+from tunefleet.agent.executor import JobExecutor
+from tunefleet.agent.gpu import GpuInventory, GpuProbe, GpuSample
+from tunefleet.agent.job_slot import AgentLifecycle, Executor, JobSlot
+from tunefleet.agent.outbox import Outbox, ReportSender
+from tunefleet.agent.settings import AgentSettings
+from tunefleet.agent.sse import SseEvent, decode_event
+from tunefleet.fsm.worker import WorkerState
+from tunefleet.http.tls import client_ssl_context
+
+log = structlog.get_logger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+_GPU_SAMPLE_TIMEOUT_S = 5.0
+_DISCONNECT_TIMEOUT_S = 5.0
+
+
+class GpuReader(Protocol):
+    def inventory(self) -> GpuInventory: ...
+    def sample(self) -> GpuSample: ...
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        executor: Executor,
+        gpu: GpuReader,
+        client: WorkerClient | None = None,
+        sleep: Sleep = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.executor = executor
+        self.gpu = gpu
+        self.client = client or WorkerClient(
+            settings.orchestrator_url,
+            settings.worker_token,
+            tls=client_ssl_context(settings.ca_cert, settings.verify_tls),
+            request_timeout_s=settings.request_timeout_s,
+        )
+        self.sleep = sleep
+        self.monotonic = monotonic
+        self.lifecycle = AgentLifecycle()
+        self.outbox = Outbox()
+        self.online = asyncio.Event()
+        self.last_event_id: str | None = None
+        self.registrations = 0
+        self.heartbeats_sent = 0
+        self.inventory = GpuInventory()
+        self._rng = rng or random.Random()
+        self.jobs = JobSlot(
+            executor,
+            self.outbox,
+            self.lifecycle,
+            base_url=settings.orchestrator_url,
+            one_job_only=not settings.persistent,
+            on_free=self._leave_if_ephemeral_done,
+        )
+        self._stop_reason: str | None = None
+        self._stop = asyncio.Event()
+        self._force = asyncio.Event()
+        self._unreachable_since: float | None = None
+        self._sender = ReportSender(
+            self.outbox,
+            self.client,
+            online=self.online,
+            backoff=self._backoff(),
+            sleep=sleep,
+            on_abandon=self.jobs.abandon,
+            on_settled=self.jobs.settled,
+        )
+
+    # --- what others may read ----------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self.lifecycle.state
+
+    @property
+    def worker_id(self) -> str | None:
+        return self.lifecycle.worker_id or None
+
+    @property
+    def current_job_id(self) -> str | None:
+        """The job this worker holds: running here, or ended with its report pending."""
+        return self.jobs.current_job_id
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # --- stopping ------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Stop cleanly: end the job (reported cancelled), deliver reports, disconnect."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            log.info("worker agent stopping", reason=reason)
+            self._stop.set()
+
+    def handle_signal(self, signame: str) -> None:
+        """SIGTERM/SIGINT: the first stops cleanly, a second one stops without waiting."""
+        if self._stop.is_set():
+            log.warning("second signal: stopping now without waiting", signal=signame)
+            self._force.set()
+            return
+        self.request_stop(f"worker agent stopped by {signame}")
+
+    # --- the supervised whole -----------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until stopped, shut down, or (ephemeral) the job is done. Raises the
+        AgentError that made it stop (InvalidToken, TlsVerificationFailed, ...)."""
+        log.info(
+            "worker agent starting",
+            name=self.settings.name,
+            orchestrator=self.settings.orchestrator_url,
+            persistent=self.settings.persistent,
+            version=__version__,
+        )
+        self.inventory = await asyncio.to_thread(self.gpu.inventory)
+        connection = asyncio.create_task(self._connection_loop(), name="agent-connection")
+        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="agent-heartbeat")
+        sender = asyncio.create_task(self._sender.run(), name="agent-reports")
+        stop = asyncio.create_task(self._stop.wait(), name="agent-stop")
+        tasks = (connection, heartbeat, sender, stop)
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._stop_reason = self._stop_reason or "worker agent task cancelled"
+            self._force.set()
+            await self._shutdown(tasks, fatal=asyncio.CancelledError())
+            raise
+        fatal = _first_error(done)
+        if fatal is not None and not isinstance(fatal, InvalidToken | OrchestratorUnreachable):
+            log.error("worker agent failed", error=repr(fatal))
+        await self._shutdown(tasks, fatal)
+        if fatal is not None:
+            raise fatal
+
+    async def _shutdown(
+        self, tasks: tuple[asyncio.Task[Any], ...], fatal: BaseException | None
+    ) -> None:
+        connection, heartbeat, sender, stop = tasks
+        reason = self._stop_reason or str(fatal or "stopping")
+        self._stop.set()
+        self.lifecycle.fire("drain")  # take nothing new while the job ends
+        await _cancel(connection)
+        deadline = self.monotonic() + self.settings.stop_timeout_s
+        job = self.jobs.running
+        if job is not None and job.task is not None:
+            await self.jobs.cancel(job.job_id, reason)
+            if not await self._wait(job.task, deadline):
+                await asyncio.wait({job.task})  # cancelled: the executor kills the group
+        if fatal is None and self.online.is_set():
+            await self._wait(asyncio.ensure_future(self.outbox.wait_empty()), deadline)
+        for task in (heartbeat, sender, stop):
+            await _cancel(task)
+        if len(self.outbox):
+            log.warning("reports not delivered", count=len(self.outbox), reason=reason)
+        if fatal is None and self.online.is_set() and self.worker_id:
+            with contextlib.suppress(InvalidToken, OrchestratorUnreachable, RequestRejected):
+                await self.client.disconnect(self.worker_id, timeout_s=_DISCONNECT_TIMEOUT_S)
+        self.online.clear()
+        self.lifecycle.fire("lose")
+        await self.client.close()
+        log.info("worker agent stopped", reason=reason)
+
+    async def _wait(self, task: asyncio.Future[Any], deadline: float) -> bool:
+        """Wait for ``task`` until the deadline or a forced stop; True when it finished."""
+        force = asyncio.ensure_future(self._force.wait())
+        try:
+            timeout = max(0.0, deadline - self.monotonic())
+            await asyncio.wait({task, force}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            force.cancel()
+        if not task.done():
+            task.cancel()
+            return False
+        return True
+
+    # --- connection ----------------------------------------------------------------------
+
+    async def _connection_loop(self) -> None:
+        backoff = self._backoff()
+        while True:
+            try:
+                registration = await self.client.register(self._register_body())
+            except (OrchestratorUnreachable, RequestRejected) as error:
+                await self._wait_to_reconnect(backoff, error)
+                continue
+            self._on_registered(registration)
+            try:
+                await self._read_stream(registration, backoff)
+            except (OrchestratorUnreachable, RequestRejected) as error:
+                self._on_lost(error)
+                await self._wait_to_reconnect(backoff, error)
+
+    def _register_body(self) -> dict[str, Any]:
+        return {
+            "name": self.settings.name,
+            **self.inventory.register_fields(),
+            "persistent": self.settings.persistent,
+            "provider": None,
+            "labels": dict(self.settings.labels),
+            "current_job_id": self.current_job_id,
+            "hostname": self.settings.hostname,
+            "agent": "tunefleet",
+            "agent_version": __version__,
+        }
+
+    def _on_registered(self, registration: Registration) -> None:
+        self.lifecycle.worker_id = registration.worker_id
+        self.registrations += 1
+        self._unreachable_since = None
+        if registration.abandon_job:
+            self.jobs.abandon(
+                registration.abandon_job, "the orchestrator no longer assigns it here"
+            )
+        if registration.resume_job:
+            resumed = registration.resume_job.get("job_id")
+            log.info("orchestrator resumes the job held here", job_id=resumed)
+            if resumed != self.current_job_id:
+                log.warning("resume names a job this worker does not hold", job_id=resumed)
+        self.lifecycle.fire("register")
+        self.online.set()
+        log.info(
+            "registered",
+            worker_id=registration.worker_id,
+            state=self.state,
+            current_job_id=self.current_job_id,
+            last_event_id=self.last_event_id,
+        )
+
+    async def _read_stream(self, registration: Registration, backoff: Backoff) -> None:
+        events = self.client.stream(
+            registration.sse_url, self.last_event_id, self.settings.stream_timeout_s
+        )
+        async with contextlib.aclosing(events):
+            async for event in events:
+                backoff.reset()  # the stream works; the next loss starts over from the base
+                await self._on_event(event)
+                if event.id is not None:
+                    self.last_event_id = event.id
+
+    def _on_lost(self, error: Exception) -> None:
+        self.online.clear()
+        self.lifecycle.fire("lose")
+        log.warning(
+            "lost the orchestrator; any running job continues",
+            error=str(error),
+            job_id=self.current_job_id,
+        )
+
+    async def _wait_to_reconnect(self, backoff: Backoff, error: Exception) -> None:
+        now = self.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        limit = self.settings.reconnect_timeout_s
+        gone_too_long = limit is not None and now - self._unreachable_since >= limit
+        if gone_too_long and self.jobs.running is None:
+            raise error  # an ephemeral worker stops paying for an orchestrator that is gone
+        delay = backoff.next_delay()
+        log.warning(
+            "cannot register with the orchestrator", error=str(error), retry_in_s=round(delay, 2)
+        )
+        await self.sleep(delay)
+
+    def _backoff(self) -> Backoff:
+        s = self.settings
+        return Backoff(s.backoff_base_s, max(s.backoff_max_s, s.backoff_base_s), rng=self._rng)
+
+    # --- stream events -------------------------------------------------------------------
+
+    async def _on_event(self, event: SseEvent) -> None:
+        decoded = decode_event(event)
+        if decoded is None:
+            log.warning("ignoring an event that is not a JSON object", data=event.data[:200])
+            return
+        kind, payload = decoded
+        if kind == "ping":
+            return
+        log.debug("event", type=kind, id=event.id)
+        if kind == "job_submit":
+            self.jobs.take(payload, stopping=self.stopping)
+        elif kind == "job_cancel":
+            reason = str(payload.get("reason") or "cancelled by the orchestrator")
+            await self.jobs.cancel(payload.get("job_id"), reason)
+        elif kind == "drain":
+            self._on_drain()
+        elif kind == "shutdown":
+            why = _shutdown_reason(payload)
+            self.request_stop(f"the orchestrator asked this worker to shut down: {why}")
+        else:
+            log.debug("ignoring an unknown event type", type=kind)
+
+    def _on_drain(self) -> None:
+        if self.state != WorkerState.DRAINING:
+            self.lifecycle.fire("drain")
+            log.info("draining: the current job finishes, no new job is taken")
+        self._leave_if_ephemeral_done(drained=True)
+
+    def _leave_if_ephemeral_done(self, drained: bool = False) -> None:
+        """An ephemeral worker leaves once its one job is over and reported; drained,
+        it leaves at once when it has none."""
+        if self.settings.persistent or not self.jobs.empty:
+            return
+        if self.jobs.accepted:
+            self.request_stop("ephemeral worker finished its job")
+        elif drained:
+            self.request_stop("ephemeral worker drained before it got a job")
+
+    # --- heartbeats ------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.settings.heartbeat_interval_s
+        while True:
+            await self.online.wait()
+            started = self.monotonic()
+            await self._send_heartbeat()
+            await self.sleep(max(0.0, interval - (self.monotonic() - started)))
+
+    async def _send_heartbeat(self) -> None:
+        sample = await self._gpu_sample()
+        body = {
+            "worker_id": self.lifecycle.worker_id,
+            "status": self.state,
+            "current_job_id": self.current_job_id,
+            "job_progress": self.jobs.progress,
+            "gpu_utilization": sample.utilization_pct,
+            "vram_used_gb": sample.memory_used_gb,
+        }
+        timeout = min(self.settings.request_timeout_s, max(self.settings.heartbeat_interval_s, 1.0))
+        try:
+            await self.client.heartbeat(body, timeout_s=timeout)
+        except (OrchestratorUnreachable, RequestRejected) as error:
+            log.info("heartbeat not delivered", error=str(error))
+            return
+        self.heartbeats_sent += 1
+
+    async def _gpu_sample(self) -> GpuSample:
+        # NVML calls block; in a thread, and bounded, so a stuck driver cannot hold us.
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(self.gpu.sample), timeout=_GPU_SAMPLE_TIMEOUT_S
+            )
+        except TimeoutError:
+            log.warning("gpu sample timed out", timeout_s=_GPU_SAMPLE_TIMEOUT_S)
+            return GpuSample([], [])
+
+
+async def run_worker(settings: AgentSettings) -> None:
+    """The `tunefleet worker` process: real executor and GPUs, signals wired to a clean stop."""
+    probe = GpuProbe()
+    executor = JobExecutor(settings.work_dir, list(settings.train_command))
+    agent = Agent(settings, executor=executor, gpu=probe)
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, agent.handle_signal, sig.name)
+        except (ValueError, RuntimeError, NotImplementedError):
+            # Not the main thread (embedded, tests) or no signal support: stop() still works.
+            log.debug("signal handler not installed", signal=sig.name)
+        else:
+            installed.append(sig)
+    try:
+        await agent.run()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        probe.close()
+
+
+def _shutdown_reason(payload: dict[str, Any]) -> str:
+    # The protocol puts it at the top level; SimpleTuner's server nests it under "data".
+    nested = payload.get("data")
+    reason = payload.get("reason") or (nested.get("reason") if isinstance(nested, dict) else None)
+    return str(reason or "no reason given")
+
+
+def _first_error(done: set[asyncio.Task[Any]]) -> BaseException | None:
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            return task.exception()
+    return None
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task

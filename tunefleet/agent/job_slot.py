@@ -1,0 +1,260 @@
+"""The one job a worker holds: taking it from a job_submit, running it through the
+executor, turning what it does into reports, cancelling or abandoning it.
+
+A job is held from the moment it is taken until its final report is delivered (or it
+is abandoned): that is the ``current_job_id`` the agent reports on re-registration, so
+the orchestrator can tell it to resume or to abandon. A second job_submit for a job
+already taken here is never run twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from tunefleet.agent.executor import (
+    EventCallback,
+    ExecutorEvent,
+    JobOutcome,
+    JobSpec,
+    JobStarted,
+    LogBatch,
+    ProgressReported,
+)
+from tunefleet.agent.outbox import Outbox, Report
+from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
+
+log = structlog.get_logger(__name__)
+
+
+class Executor(Protocol):
+    async def run(self, spec: JobSpec, on_event: EventCallback) -> JobOutcome: ...
+    async def cancel(self, reason: str = ...) -> None: ...
+
+
+class AgentLifecycle(WorkerFsmMixin):
+    """The agent's side of the worker lifecycle. ``current_job_id`` is the job whose
+    process runs here (the FSM's "has a job"), not one whose last report is pending."""
+
+    __slots__ = ("current_job_id", "drain_requested", "state", "worker_id")
+
+    def __init__(self) -> None:
+        self.worker_id = ""
+        self.state: str = WorkerState.CONNECTING
+        self.drain_requested = False
+        self.current_job_id: str | None = None
+
+    def fire(self, event: str) -> None:
+        """Fire when the table allows it from here; a no-op otherwise (the agent's view
+        follows the orchestrator's, which may have moved first)."""
+        if WORKER_LIFECYCLE.can_fire(self, event):
+            WORKER_LIFECYCLE.fire(self, event)
+
+
+@dataclass(slots=True, eq=False)
+class ActiveJob:
+    spec: JobSpec
+    task: asyncio.Task[None] | None = None
+    progress: dict[str, Any] | None = None
+    cancel_reason: str | None = None
+    abandoned: bool = False
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+
+class JobSlot:
+    """``on_free()`` is called when the slot has nothing left to do for its last job
+    (final report delivered, or the job abandoned)."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        outbox: Outbox,
+        lifecycle: AgentLifecycle,
+        *,
+        base_url: str,
+        one_job_only: bool,
+        on_free: Callable[[], None],
+    ) -> None:
+        self.executor = executor
+        self.outbox = outbox
+        self.lifecycle = lifecycle
+        self.base_url = base_url
+        self.one_job_only = one_job_only
+        self.on_free = on_free
+        self.running: ActiveJob | None = None
+        self.held: str | None = None  # ended here; its final report not yet delivered
+        self.accepted = 0
+        self._attempts_seen: set[tuple[str, int]] = set()
+        self._cancels: set[asyncio.Task[None]] = set()
+
+    @property
+    def current_job_id(self) -> str | None:
+        return self.running.job_id if self.running is not None else self.held
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        return self.running.progress if self.running is not None else None
+
+    @property
+    def empty(self) -> bool:
+        return self.running is None and self.held is None
+
+    # --- orders from the stream ---------------------------------------------------------
+
+    def take(self, payload: dict[str, Any], *, stopping: bool) -> bool:
+        """Start the job a job_submit describes, unless it must be ignored (logged)."""
+        job_id = payload.get("job_id")
+        if not isinstance(job_id, str) or not job_id:
+            log.warning("ignoring a job_submit without a job_id")
+            return False
+        attempt = _positive_int(payload.get("attempt"))
+        refusal = self._refusal(job_id, attempt, stopping)
+        if refusal is not None:
+            log.log(refusal[0], "ignoring job_submit", job_id=job_id, reason=refusal[1])
+            return False
+        if self.lifecycle.state == WorkerState.DRAINING:
+            # An orchestrator dispatches to a draining worker only once the drain is lifted.
+            log.warning("job dispatched while draining: the drain was lifted", job_id=job_id)
+            self.lifecycle.fire("resume")
+        job = ActiveJob(spec=job_spec(payload, job_id, attempt, self.base_url))
+        self.lifecycle.fire("assign")
+        self.lifecycle.current_job_id = job_id
+        self.running = job
+        self.accepted += 1
+        self._attempts_seen.add((job_id, attempt))
+        log.info("job accepted", job_id=job_id, attempt=attempt)
+        self.outbox.add_status(job_id, "starting")  # the first report acknowledges dispatch
+        job.task = asyncio.create_task(self._run(job), name=f"job-{job_id}")
+        return True
+
+    def _refusal(self, job_id: str, attempt: int, stopping: bool) -> tuple[int, str] | None:
+        """Why a job_submit is not taken (log level, reason), or None to take it."""
+        if self.running is not None:
+            if self.running.job_id == job_id:
+                return logging.INFO, "this job is already running here"
+            return logging.WARNING, f"busy with job {self.running.job_id}"
+        if (job_id, attempt) in self._attempts_seen:
+            return logging.INFO, f"attempt {attempt} of this job already ran here"
+        if stopping:
+            return logging.INFO, "the agent is stopping"
+        if self.one_job_only and self.accepted:
+            return logging.INFO, "an ephemeral worker runs one job"
+        if self.lifecycle.state not in (WorkerState.IDLE, WorkerState.DRAINING):
+            return logging.WARNING, f"the worker is {self.lifecycle.state}"
+        return None
+
+    async def cancel(self, job_id: object, reason: str) -> bool:
+        """Stop the running job if it is ``job_id``; it is then reported cancelled."""
+        job = self.running
+        if job is None or job.job_id != job_id:
+            log.info("job_cancel for a job not running here", job_id=job_id)
+            return False
+        if job.cancel_reason is None:
+            job.cancel_reason = reason
+            await self.executor.cancel(reason)
+        return True
+
+    def abandon(self, job_id: str, reason: str) -> None:
+        """The job is no longer this worker's: stop it here and report nothing more."""
+        self.outbox.drop_job(job_id)
+        job = self.running
+        if job is not None and job.job_id == job_id:
+            log.warning("abandoning the running job", job_id=job_id, reason=reason)
+            job.abandoned = True
+            job.cancel_reason = job.cancel_reason or f"abandoned: {reason}"
+            task = asyncio.create_task(self.executor.cancel(job.cancel_reason))
+            self._cancels.add(task)
+            task.add_done_callback(self._cancels.discard)
+            return
+        if self.held == job_id:
+            self.held = None
+            self.on_free()
+
+    def settled(self, report: Report) -> None:
+        """The outbox delivered (or gave up on) a report."""
+        if report.final and report.job_id == self.held:
+            self.held = None
+            self.on_free()
+
+    # --- running ----------------------------------------------------------------------
+
+    async def _run(self, job: ActiveJob) -> None:
+        outcome: JobOutcome
+        if job.cancel_reason is not None:  # cancelled before the executor got it
+            outcome = JobOutcome("cancelled", None, job.cancel_reason, [])
+        else:
+            try:
+                outcome = await self.executor.run(job.spec, self._event_handler(job))
+            except Exception as error:  # the executor's own failure must still end the job
+                log.exception("executor failed", job_id=job.job_id)
+                outcome = JobOutcome("failed", None, f"worker agent error: {error!r}", [])
+        self.running = None
+        self.lifecycle.current_job_id = None
+        self.lifecycle.fire("release")
+        log.info(
+            "job ended",
+            job_id=job.job_id,
+            status=outcome.status,
+            exit_code=outcome.exit_code,
+            abandoned=job.abandoned,
+        )
+        if job.abandoned:
+            self.on_free()
+            return
+        why = outcome.error or (job.cancel_reason if outcome.status == "cancelled" else None)
+        self.outbox.add_status(job.job_id, outcome.status, progress=job.progress, error=why)
+        self.held = job.job_id
+
+    def _event_handler(self, job: ActiveJob) -> EventCallback:
+        async def on_event(event: ExecutorEvent) -> None:
+            if job.abandoned or job is not self.running:
+                return  # abandoned, or a straggler after the outcome: nothing to report
+            if isinstance(event, JobStarted):
+                log.info("job process started", job_id=job.job_id, pid=event.pid)
+                self.outbox.add_status(job.job_id, "running")
+            elif isinstance(event, ProgressReported):
+                job.progress = event.progress
+                self.outbox.add_progress(job.job_id, event.progress)
+            elif isinstance(event, LogBatch):
+                self.outbox.add_logs(job.job_id, job.spec.attempt, event.lines)
+
+        return on_event
+
+
+def job_spec(payload: dict[str, Any], job_id: str, attempt: int, base_url: str) -> JobSpec:
+    """The JobSpec a job_submit describes. Upload and Hugging Face credentials reach the
+    trainer as SimpleTuner's agent passes them (SIMPLETUNER_UPLOAD_*, HF_TOKEN)."""
+    env: dict[str, object] = {}
+    extra = payload.get("env")
+    if isinstance(extra, dict):
+        env.update({str(k): v for k, v in extra.items() if v is not None})
+    endpoint = payload.get("upload_endpoint")
+    if isinstance(endpoint, str) and endpoint:
+        is_absolute = endpoint.startswith(("http://", "https://"))
+        env["SIMPLETUNER_UPLOAD_ENDPOINT"] = endpoint if is_absolute else base_url + endpoint
+    for key, name in (("upload_token", "SIMPLETUNER_UPLOAD_TOKEN"), ("hf_token", "HF_TOKEN")):
+        value = payload.get(key)
+        if isinstance(value, str) and value:
+            env[name] = value
+    config = payload.get("config")
+    command = payload.get("command")
+    return JobSpec(
+        job_id=job_id,
+        attempt=attempt,
+        config=config if isinstance(config, dict) else {},
+        dataloader=payload.get("dataloader"),
+        command=command if isinstance(command, str | list) and command else None,
+        env=env,
+    )
+
+
+def _positive_int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
