@@ -35,7 +35,6 @@ from tunefleet.http.schemas import (
     WorkerIdQuery,
     WorkerListResponse,
     WorkerSummary,
-    gpu_count_for,
     hide_env_values,
 )
 
@@ -449,23 +448,6 @@ def test_duplicate_permissions_collapse() -> None:
     assert body.permissions == ["queue.submit", "audit.read"]
 
 
-@pytest.mark.parametrize(
-    ("gpu_count", "config", "expected"),
-    [
-        (4, {"num_processes": 2}, 4),
-        (0, {"num_processes": 2}, 0),
-        (None, {"num_processes": 2}, 2),
-        (None, {"--num_processes": "3"}, 3),
-        (None, {"--num_processes": "many"}, 1),
-        (None, {"num_processes": True}, 1),
-        (None, {"num_processes": 99999}, 1),
-        (None, {}, 1),
-        (None, None, 1),
-    ],
-)
-def test_gpu_count_for(gpu_count: int | None, config: dict[str, Any] | None, expected: int) -> None:
-    request = SubmitJobRequest.model_validate({"config_name": "c", "gpu_count": gpu_count})
-    assert gpu_count_for(request, config) == expected
 
 
 def test_env_values_are_hidden_in_job_detail() -> None:

@@ -34,6 +34,7 @@ log = structlog.get_logger(__name__)
 # which SimpleTuner's agent (reading only `data:` lines) also sees.
 _NO_LIBRARY_PING_S = 86_400.0
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_MAX_LOG_BATCH_BYTES = 10 * 1024 * 1024
 
 
 @routes.route(
@@ -186,7 +187,8 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
     errors={403: "Worker not assigned to this job", 404: "Job not found"},
 )
 async def report_job_logs(request: web.Request) -> web.StreamResponse:
-    body = await parse_body(request, JobLogsRequest)
+    # A full batch (1000 lines of up to 8 KiB) is larger than the default body limit.
+    body = await parse_body(request, JobLogsRequest, max_bytes=_MAX_LOG_BATCH_BYTES)
     lines = [line.model_dump() for line in body.lines]
     stored = await fleet_of(request).report_logs(
         worker_id_of(request), request.match_info["job_id"], body.attempt, lines

@@ -61,7 +61,6 @@ from tunefleet.http.schemas_queue import (
     SubmitJobResponse,
     TimelineEntry,
     WorkerCounts,
-    gpu_count_for,
     hide_env_values,
 )
 from tunefleet.http.schemas_workers import (
@@ -172,6 +171,5 @@ __all__ = [
     "WorkerStatus",
     "WorkerSummary",
     "WorkerType",
-    "gpu_count_for",
     "hide_env_values",
 ]

@@ -124,7 +124,7 @@ class SubmitJobRequest(RequestModel):
         default=None,
         ge=0,
         le=MAX_GPUS,
-        description="GPUs the job needs; unset: the config's num_processes, else 1",
+        description="GPUs the job needs; unset: the config's num_processes, else 0 (any worker)",
     )
     min_vram_gb: float | None = Field(default=None, ge=0, le=1_000_000)
     gpu_name: Annotated[ShortText, Field(max_length=128)] | None = Field(
@@ -148,24 +148,6 @@ class SubmitJobRequest(RequestModel):
         if self.config_name is not None and self.config is not None:
             raise ValueError("send config_name or config, not both")
         return self
-
-
-def gpu_count_for(request: SubmitJobRequest, config: Mapping[str, Any] | None) -> int:
-    """The GPUs a submitted job needs: as asked, else the config's ``num_processes``
-    (SimpleTuner writes it ``--num_processes``), else 1."""
-    if request.gpu_count is not None:
-        return request.gpu_count
-    for key in ("num_processes", "--num_processes"):
-        value = (config or {}).get(key)
-        if isinstance(value, bool):
-            continue
-        try:
-            count = int(value) if isinstance(value, int | str) else None
-        except ValueError:
-            count = None
-        if count is not None and 0 <= count <= MAX_GPUS:
-            return count
-    return 1
 
 
 class SubmitJobResponse(ResponseModel):
