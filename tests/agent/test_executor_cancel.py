@@ -189,3 +189,7 @@ async def test_an_escaped_child_holding_the_pipes_cannot_hang_the_run_and_a_late
         assert process_alive(escaped)  # out of the group, out of reach: documented
     finally:
         os.kill(escaped, signal.SIGKILL)
+        # Once it is gone its pipes close and asyncio finishes the process transport,
+        # which must happen before this test's event loop closes.
+        assert await gone(escaped)
+        await asyncio.sleep(0.1)
