@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-# Timer callbacks may return anything (e.g. `lambda: actor.alive and actor.tell(m)`);
+# Timer callbacks may return anything (e.g. `partial(actor.try_tell, message)`);
 # the result is ignored, as asyncio does.
 TimerCallback = Callable[[], object]
 
