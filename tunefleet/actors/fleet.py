@@ -5,7 +5,7 @@ storage when the orchestrator starts (so a restart loses nothing)."""
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -55,12 +55,12 @@ class Fleet:
             for job in live_jobs
             if job.state != JobState.PENDING and job.worker_id
         }
-        for rec in await ctx.persistence.load_workers():
-            self._spawn_worker(rec, holds=holders.get(rec.worker_id))
+        for worker in await ctx.persistence.load_workers():
+            self._spawn_worker(worker, holds=holders.get(worker.worker_id))
         if local_worker is not None:
             await self._ensure_local_worker(local_worker)
-        for rec in live_jobs:
-            await self._restore_job(rec)
+        for job in live_jobs:
+            await self._restore_job(job)
         log.info(
             "fleet restored",
             workers=len(ctx.workers),
@@ -135,11 +135,11 @@ class Fleet:
     # --- worker endpoints -----------------------------------------------------------------
 
     async def register(self, worker_id: str, msg: m.Register) -> dict[str, Any]:
-        return await self.worker(worker_id).ask(msg)  # type: ignore[no-any-return]
+        return cast(dict[str, Any], await self.worker(worker_id).ask(msg))
 
     async def open_stream(self, worker_id: str, last_event_id: int | None) -> StreamConnection:
         conn = await self.worker(worker_id).ask(m.OpenStream(last_event_id))
-        return conn  # type: ignore[no-any-return]
+        return cast(StreamConnection, conn)
 
     def close_stream(self, worker_id: str, conn: StreamConnection) -> None:
         worker = self.ctx.workers.get(worker_id)
@@ -147,14 +147,14 @@ class Fleet:
             worker.tell(m.CloseStream(conn.connection_id))
 
     async def heartbeat(self, worker_id: str, msg: m.HeartbeatReceived) -> bool:
-        return await self.worker(worker_id).ask(msg)  # type: ignore[no-any-return]
+        return cast(bool, await self.worker(worker_id).ask(msg))
 
     async def report_status(
         self, worker_id: str, job_id: str, msg: m.StatusReported
     ) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
         if job is not None:
-            return await job.ask(msg)  # type: ignore[no-any-return]
+            return cast(dict[str, Any], await job.ask(msg))
         return await self._report_on_ended_job(worker_id, job_id, msg.status)
 
     async def _report_on_ended_job(
@@ -195,7 +195,7 @@ class Fleet:
 
     async def has_work_for(self, worker_id: str) -> bool:
         view = self.worker(worker_id).view()
-        return await self.ctx.scheduler.ask(m.HasWorkFor(view))  # type: ignore[no-any-return]
+        return cast(bool, await self.ctx.scheduler.ask(m.HasWorkFor(view)))
 
     async def disconnect(self, worker_id: str) -> None:
         await self.worker(worker_id).ask(m.Disconnected())
@@ -239,14 +239,14 @@ class Fleet:
         return snapshot
 
     async def drain(self, worker_id: str, actor: str) -> dict[str, Any]:
-        snapshot = await self.worker(worker_id).ask(m.Drain())
+        snapshot = cast(dict[str, Any], await self.worker(worker_id).ask(m.Drain()))
         await self.ctx.audit.record(AuditKind.WORKER_DRAINED, actor=actor, target=worker_id)
-        return snapshot  # type: ignore[no-any-return]
+        return snapshot
 
     async def resume(self, worker_id: str, actor: str) -> dict[str, Any]:
-        snapshot = await self.worker(worker_id).ask(m.Resume())
+        snapshot = cast(dict[str, Any], await self.worker(worker_id).ask(m.Resume()))
         await self.ctx.audit.record(AuditKind.WORKER_RESUMED, actor=actor, target=worker_id)
-        return snapshot  # type: ignore[no-any-return]
+        return snapshot
 
     async def rotate_token(self, worker_id: str, token_hash: str, actor: str) -> None:
         worker = self.worker(worker_id)
@@ -265,7 +265,7 @@ class Fleet:
             raise Conflict(
                 "the built-in local worker cannot be deleted; start with --no-local-runner"
             )
-        lost_job = await worker.ask(m.Retire(force=force))
+        lost_job = cast(str | None, await worker.ask(m.Retire(force=force)))
         self.ctx.workers.pop(worker_id, None)
         self._forget_tokens(worker_id)
         await self.ctx.persistence.delete_worker(worker_id)
@@ -274,7 +274,7 @@ class Fleet:
             AuditKind.WORKER_DELETED, actor=actor, target=worker_id, force=force, job=lost_job
         )
         self.ctx.hub.publish("worker_deleted", worker_id=worker_id)
-        return lost_job  # type: ignore[no-any-return]
+        return lost_job
 
     # --- queue -------------------------------------------------------------------------
 
@@ -295,11 +295,13 @@ class Fleet:
             target_kind=rec.target,
         )
         self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
-        reason = await self.ctx.scheduler.ask(m.ExplainWait(rec.job_id))
+        reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(rec.job_id)))
         if reason is not None:
             rec.wait_reason = reason
             await self.ctx.persistence.save_wait_reason(rec.job_id, reason)
-        snapshot = await job.ask(m.Snapshot()) if job.alive else {"state": rec.state}
+        snapshot: dict[str, Any] = (
+            cast(dict[str, Any], await job.ask(m.Snapshot())) if job.alive else {"state": rec.state}
+        )
         position = await self.position(rec.job_id)
         self.ctx.hub.publish("job", job_id=rec.job_id, status=snapshot["state"])
         return {
@@ -319,7 +321,7 @@ class Fleet:
             if row is None:
                 raise NotFound(f"Job not found: {job_id}")
             raise Conflict(f"job {job_id} is already {row[0]}; nothing to cancel")
-        return await job.ask(m.CancelJob(f"cancelled by {actor}", actor))  # type: ignore[no-any-return]
+        return cast(dict[str, Any], await job.ask(m.CancelJob(f"cancelled by {actor}", actor)))
 
     async def position(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
@@ -330,8 +332,8 @@ class Fleet:
             return {"job_id": job_id, "position": None, "status": row[0], "reason": None}
         if job.state != JobState.PENDING:
             return {"job_id": job_id, "position": 0, "status": str(job.state), "reason": None}
-        order: list[str] = await self.ctx.scheduler.ask(m.QueueOrder())  # type: ignore[assignment]
-        reason = await self.ctx.scheduler.ask(m.ExplainWait(job_id))
+        order = cast(list[str], await self.ctx.scheduler.ask(m.QueueOrder()))
+        reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(job_id)))
         position = order.index(job_id) + 1 if job_id in order else None
         return {"job_id": job_id, "position": position, "status": "pending", "reason": reason}
 
@@ -339,7 +341,7 @@ class Fleet:
         job = self.ctx.jobs.get(job_id)
         if job is None or job.state != JobState.PENDING:
             return None
-        return await self.ctx.scheduler.ask(m.ExplainWait(job_id))  # type: ignore[no-any-return]
+        return cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(job_id)))
 
     async def stats(self) -> dict[str, Any]:
         counts = await self.ctx.persistence.job_counts()

@@ -3,6 +3,7 @@ the assigned worker, progress and the timeline; stops when the job ends."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import structlog
@@ -50,21 +51,23 @@ class JobActor(JobFsmMixin, Actor):
         match message:
             case m.StatusReported():
                 return await self.on_status(message)
-            case m.DispatchTo(worker_id=worker_id):
-                return await self.on_dispatch(worker_id)
-            case m.WorkerLost(worker_id=worker_id, reason=reason):
-                return await self.on_worker_lost(worker_id, reason)
-            case m.AckTimedOut(attempt=attempt):
-                return await self.on_ack_timeout(attempt)
-            case m.RunTimedOut(attempt=attempt):
-                return await self.on_run_timeout(attempt)
-            case m.CancelGraceExpired(attempt=attempt):
-                return await self.on_cancel_grace_expired(attempt)
             case m.CancelJob(reason=reason, actor=actor):
                 return await self.on_cancel(reason, actor)
             case m.Snapshot():
                 return self.snapshot()
-        raise TypeError(f"JobActor cannot handle {type(message).__name__}")
+            case m.DispatchTo(worker_id=worker_id):
+                await self.on_dispatch(worker_id)
+            case m.WorkerLost(worker_id=worker_id, reason=reason):
+                await self.on_worker_lost(worker_id, reason)
+            case m.AckTimedOut(attempt=attempt):
+                await self.on_ack_timeout(attempt)
+            case m.RunTimedOut(attempt=attempt):
+                await self.on_run_timeout(attempt)
+            case m.CancelGraceExpired(attempt=attempt):
+                await self.on_cancel_grace_expired(attempt)
+            case _:
+                raise TypeError(f"JobActor cannot handle {type(message).__name__}")
+        return None
 
     def snapshot(self) -> dict[str, Any]:
         return {"state": self.state, "attempts": self.attempts, "worker_id": self.worker_id}
@@ -322,9 +325,7 @@ class JobActor(JobFsmMixin, Actor):
             self._arm(remaining, m.RunTimedOut(self.attempts))
 
     def _arm(self, delay_s: float, message: object) -> None:
-        self.timers.append(
-            self.ctx.clock.call_later(delay_s, lambda: self.alive and self.tell(message))
-        )
+        self.timers.append(self.ctx.clock.call_later(delay_s, partial(self.try_tell, message)))
 
     def _cancel_timers(self) -> None:
         for timer in self.timers:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -89,8 +90,7 @@ class Supervisor(Actor):
 
     def _schedule(self) -> None:
         self._timer = self.ctx.clock.call_later(
-            self.ctx.settings.health_check_interval_s,
-            lambda: self.alive and self.tell(HealthCheck()),
+            self.ctx.settings.health_check_interval_s, partial(self.try_tell, HealthCheck())
         )
 
     async def receive(self, message: object) -> object:

@@ -3,6 +3,7 @@ stream, the heartbeat deadline and the worker's current job."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import structlog
@@ -76,39 +77,39 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 return await self.on_register(message)
             case m.OpenStream():
                 return self.on_open_stream(message)
-            case m.CloseStream(connection_id=cid):
-                return self.on_close_stream(cid)
             case m.ReserveForJob(job_id=job_id):
                 return self.on_reserve(job_id)
-            case m.CancelReservation(job_id=job_id):
-                return await self.on_cancel_reservation(job_id)
-            case m.PushJob():
-                return await self.on_push_job(message)
-            case m.PushCancel(job_id=job_id, reason=reason):
-                return self.push("job_cancel", {"job_id": job_id, "reason": reason}, job_id)
-            case m.JobAcknowledged(job_id=job_id):
-                self.outbox.acknowledge_job(job_id, "job_submit")
-                return None
-            case m.JobReleased():
-                return await self.on_job_released(message)
-            case m.ReportWritten(job_id=job_id):
-                return await self.on_report_written(job_id)
-            case m.HeartbeatExpired():
-                return await self.on_heartbeat_expired()
-            case m.Disconnected():
-                return await self.lose("agent disconnected", AuditKind.WORKER_DISCONNECTED)
             case m.Drain():
                 return await self.on_drain()
             case m.Resume():
                 return await self.on_resume()
-            case m.TokenRotated():
-                self._close_stream()
-                return None
             case m.Retire(force=force):
                 return await self.on_retire(force)
             case m.Snapshot():
                 return self.snapshot()
-        raise TypeError(f"WorkerActor cannot handle {type(message).__name__}")
+            case m.CloseStream(connection_id=cid):
+                self.on_close_stream(cid)
+            case m.CancelReservation(job_id=job_id):
+                await self.on_cancel_reservation(job_id)
+            case m.PushJob():
+                await self.on_push_job(message)
+            case m.PushCancel(job_id=job_id, reason=reason):
+                self.push("job_cancel", {"job_id": job_id, "reason": reason}, job_id)
+            case m.JobAcknowledged(job_id=job_id):
+                self.outbox.acknowledge_job(job_id, "job_submit")
+            case m.JobReleased():
+                await self.on_job_released(message)
+            case m.ReportWritten(job_id=job_id):
+                await self.on_report_written(job_id)
+            case m.HeartbeatExpired():
+                await self.on_heartbeat_expired()
+            case m.Disconnected():
+                await self.lose("agent disconnected", AuditKind.WORKER_DISCONNECTED)
+            case m.TokenRotated():
+                self._close_stream()
+            case _:
+                raise TypeError(f"WorkerActor cannot handle {type(message).__name__}")
+        return None
 
     async def on_start(self) -> None:
         if self.state not in (WorkerState.OFFLINE,):
@@ -217,8 +218,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         return True
 
     def _heartbeat_expired(self) -> None:
-        if self.alive:
-            self.tell(m.HeartbeatExpired())
+        self.try_tell(m.HeartbeatExpired())
 
     async def on_heartbeat_expired(self) -> None:
         if self.state == WorkerState.OFFLINE or not self.heartbeat.expired():
@@ -283,8 +283,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if msg.hold_until_report_written:
             self.report_hold = msg.job_id
             self.ctx.clock.call_later(
-                self.ctx.settings.report_hold_s,
-                lambda: self.alive and self.tell(m.ReportWritten(msg.job_id)),
+                self.ctx.settings.report_hold_s, partial(self.try_tell, m.ReportWritten(msg.job_id))
             )
         await self._persist()
         if self.rec.worker_type == "ephemeral" and self.state == WorkerState.DRAINING:

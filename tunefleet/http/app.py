@@ -19,6 +19,7 @@ from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
 from tunefleet.actors.persistence import Persistence
 from tunefleet.actors.runtime import ActorSystem
+from tunefleet.actors.stream import StreamConnection
 from tunefleet.agent.executor import JobExecutor
 from tunefleet.agent.gpu import GpuProbe
 from tunefleet.audit import AuditLog
@@ -150,7 +151,8 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _close_streams(app: web.Application) -> None:
-    for conn in list(app[keys.OPEN_STREAMS]):
+    streams: set[StreamConnection] = app[keys.OPEN_STREAMS]
+    for conn in list(streams):
         conn.close()
 
 

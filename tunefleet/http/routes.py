@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from tunefleet import __version__
 from tunefleet.audit import AuditKind
@@ -74,7 +75,7 @@ async def audit_auth_failure(request: web.Request, kind: str, reason: str) -> No
     )
 
 
-def middlewares() -> Sequence[web.types.Middleware]:
+def middlewares() -> Sequence[Middleware]:
     return [request_timing_middleware(lambda r: r.app.get(keys.METRICS)), error_middleware]
 
 
