@@ -21,9 +21,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tunefleet.actors.matching_index import (
+    FleetIndex,
     RequirementsKey,
-    WorkerPool,
     fit_order,
+    fits,
     gpu_name_matches,
     label_matches,
 )
@@ -51,6 +52,8 @@ class Requirements:
     gpu_count: int = 1
     min_vram_gb: float | None = None
     gpu_name: str | None = None
+    # Computed once here, not on every matching pass over a long queue.
+    _key: RequirementsKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -63,16 +66,18 @@ class Requirements:
             raise InvalidRequirements(f"min_vram_gb must be 0 or more; got {self.min_vram_gb}")
         # A private copy: the caller's dict may change after the job was queued.
         object.__setattr__(self, "labels", dict(self.labels))
-
-    def key(self) -> RequirementsKey:
-        """Hashable identity: jobs with equal keys qualify for exactly the same workers."""
-        return RequirementsKey(
+        key = RequirementsKey(
             target=self.target,
             gpu_count=self.gpu_count,
             min_vram_gb=self.min_vram_gb or None,
             gpu_name=self.gpu_name.lower() if self.gpu_name else None,
             labels=tuple(sorted(self.labels.items())),
         )
+        object.__setattr__(self, "_key", key)
+
+    def key(self) -> RequirementsKey:
+        """Hashable identity: jobs with equal keys qualify for exactly the same workers."""
+        return self._key
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,38 +143,27 @@ def plan(
 ) -> list[tuple[str, str]]:
     """Assign idle workers to pending jobs: ``[(job_id, worker_id), ...]`` in job order.
 
-    Each worker and each job appears at most once. Cost: sorting, plus for each distinct
-    requirements key one forward scan over the workers it could use (jobs sharing a key
-    resume where the previous one stopped, and taken workers are skipped in near-O(1)).
+    Each worker and each job appears at most once. Cost: sorting the queue and indexing
+    the workers, one shortlist per distinct set of label/GPU-name globs, then about one
+    bisect per GPU-count bucket for each job (matching_index.py explains the index).
     """
-    by_id = {w.worker_id: w for w in idle_workers}  # a repeated id is still one worker
-    remote = WorkerPool([w for w in by_id.values() if not w.is_local])
-    local = WorkerPool([w for w in by_id.values() if w.is_local])
-    pools_for = {"worker": (remote,), "local": (local,), "auto": (remote, local)}
-    free = len(by_id)
-    cursors: dict[RequirementsKey, list[int]] = {}
+    index = FleetIndex({w.worker_id: w for w in idle_workers}.values())  # ids once each
+    hopeless: set[RequirementsKey] = set()  # nothing fits now, so nothing will this pass
     placed_jobs: set[str] = set()
     placements: list[tuple[str, str]] = []
     for job in sorted(pending, key=lambda j: (-j.priority, j.seq, j.job_id)):
-        if free == 0:
+        if index.free == 0:
             break
-        if job.job_id in placed_jobs:
-            continue
         key = job.requirements.key()
-        pools = pools_for[key.target]
-        positions = cursors.get(key)
-        if positions is None:
-            positions = [pool.start_for(key) for pool in pools]
-            cursors[key] = positions
-        for slot, pool in enumerate(pools):
-            index = pool.next_fit(positions[slot], key)
-            positions[slot] = index  # everything free before it failed this key for good
-            if index < len(pool):
-                pool.take(index)
-                free -= 1
-                placed_jobs.add(job.job_id)
-                placements.append((job.job_id, pool.workers[index].worker_id))
-                break
+        if key in hopeless or job.job_id in placed_jobs:
+            continue
+        rank = index.best_for(key)
+        if rank is None:
+            hopeless.add(key)
+            continue
+        index.take(rank)
+        placed_jobs.add(job.job_id)
+        placements.append((job.job_id, index.workers[rank].worker_id))
     return placements
 
 
@@ -188,9 +182,10 @@ def wait_reason(req: Requirements, fleet: Sequence[WorkerView], idle_ids: Collec
     problems = _fleet_wide_problems(req, eligible)
     if problems:
         return "; ".join(problems)
-    qualifying = sorted((w for w in eligible if unmet(req, w) is None), key=lambda w: w.worker_id)
+    key = req.key()  # eligible is already on the target's side; fits() checks the rest
+    qualifying = sorted((w for w in eligible if fits(key, w)), key=lambda w: w.worker_id)
     if not qualifying:
-        closest = min(eligible, key=lambda w: (_count_unmet(req, w), w.worker_id))
+        closest = min(eligible, key=lambda w: (_count_unmet(key, w), w.worker_id))
         return (
             "no single worker meets every requirement "
             f"(closest is {closest.worker_id}: {unmet(req, closest)})"
@@ -319,18 +314,18 @@ def _shared_start(a: str, b: str) -> int:
     return length
 
 
-def _count_unmet(req: Requirements, worker: WorkerView) -> int:
+def _count_unmet(key: RequirementsKey, worker: WorkerView) -> int:
     """How many requirements ``worker`` misses (labels count one each)."""
-    return sum(
-        (
-            worker.gpu_count < req.gpu_count,
-            bool(req.min_vram_gb)
-            and (worker.gpu_vram_gb is None or worker.gpu_vram_gb < (req.min_vram_gb or 0)),
-            bool(req.gpu_name)
-            and not gpu_name_matches(worker.gpu_name, (req.gpu_name or "").lower()),
-            *(not label_matches(worker.labels, k, p) for k, p in req.labels.items()),
-        )
-    )
+    missing = sum(not label_matches(worker.labels, k, p) for k, p in key.labels)
+    if worker.gpu_count < key.gpu_count:
+        missing += 1
+    if key.min_vram_gb is not None and (
+        worker.gpu_vram_gb is None or worker.gpu_vram_gb < key.min_vram_gb
+    ):
+        missing += 1
+    if key.gpu_name is not None and not gpu_name_matches(worker.gpu_name, key.gpu_name):
+        missing += 1
+    return missing
 
 
 # --- the job's GPU count from its training config -------------------------------------
