@@ -8,7 +8,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from tunefleet.agent.executor import (
     ProgressReported,
 )
 from tunefleet.agent.gpu import GpuDevice, GpuInventory, GpuSample
+from tunefleet.agent.job_slot import Executor
 from tunefleet.agent.settings import AgentSettings
 
 TOKEN = "wt_test_token_0123456789abcdef"
@@ -59,6 +60,7 @@ class ProtocolServer:
         self.stream_opens: list[str | None] = []  # the Last-Event-ID of each stream
         self.ping_interval_s: float | None = None
         self.pings_sent = 0
+        self.heartbeat_refusals = 0  # answer this many heartbeats with 409 "offline"
 
     # --- what the tests read ------------------------------------------------------------
 
@@ -106,7 +108,7 @@ class ProtocolServer:
         app = web.Application(middlewares=[self._record])
         app.router.add_post("/api/workers/register", self._register)
         app.router.add_get("/api/workers/stream", self._stream)
-        app.router.add_post("/api/workers/heartbeat", self._ok)
+        app.router.add_post("/api/workers/heartbeat", self._heartbeat)
         app.router.add_post("/api/workers/disconnect", self._ok)
         app.router.add_post("/api/workers/job/{job_id}/status", self._status)
         app.router.add_post("/api/workers/job/{job_id}/logs", self._logs)
@@ -168,6 +170,13 @@ class ProtocolServer:
             self.streams.remove(queue)
         return response
 
+    async def _heartbeat(self, request: web.Request) -> web.Response:
+        if self.heartbeat_refusals:
+            self.heartbeat_refusals -= 1
+            detail = "worker is offline; register again (POST /api/workers/register)"
+            return web.json_response({"detail": detail}, status=409)
+        return web.json_response({"success": True})
+
     async def _ok(self, request: web.Request) -> web.Response:
         return web.json_response({"success": True})
 
@@ -212,7 +221,7 @@ class FakeJob:
         self.finish.set_result(JobOutcome("completed", 0, None, []))
 
 
-Behaviour = Callable[[FakeJob], Awaitable[None]]
+Behaviour = Callable[[FakeJob], Coroutine[Any, Any, None]]
 
 
 async def quiet(job: FakeJob) -> None:
@@ -284,7 +293,7 @@ class RecordingSleep:
 def make_agent(
     url: str,
     *,
-    executor: FakeExecutor | None = None,
+    executor: Executor | None = None,
     sleep: RecordingSleep | None = None,
     **overrides: Any,
 ) -> Agent:

@@ -84,6 +84,6 @@ def test_every_delay_lies_between_the_jittered_floor_and_the_ceiling(
     ],
 )
 def test_bad_parameters_are_refused(kwargs: dict[str, float], message: str) -> None:
-    jitter = kwargs.pop("jitter", 0.5)
+    options = {"base_s": 1.0, "max_s": 60.0, "factor": 2.0, "jitter": 0.5, **kwargs}
     with pytest.raises(ValueError, match=message):
-        Backoff(**kwargs, jitter=jitter)
+        Backoff(options["base_s"], options["max_s"], options["factor"], jitter=options["jitter"])

@@ -88,6 +88,17 @@ async def test_reconnects_with_last_event_id_and_registers_again(
     assert len(server.registrations) == 2
 
 
+async def test_a_heartbeat_told_offline_registers_again(proto: tuple[ProtocolServer, str]) -> None:
+    server, url = proto
+    agent = make_agent(url)
+    async with running(agent):
+        await eventually(lambda: server.stream_opens, "the stream to open")
+        server.heartbeat_refusals = 1
+        await eventually(lambda: len(server.registrations) == 2, "a second registration")
+        await eventually(lambda: len(server.stream_opens) == 2, "a second stream")
+        assert agent.state == "idle"
+
+
 async def test_a_silent_stream_counts_as_lost(proto: tuple[ProtocolServer, str]) -> None:
     server, url = proto
     agent = make_agent(url, stream_timeout_s=0.3)

@@ -114,7 +114,7 @@ async def test_resume_on_reregistration_keeps_the_job_running(orch: Orchestrator
     async with running(agent):
         job = await start_job(server, executor)
         server.drop_streams()
-        await eventually(lambda: len(server.registrations) == 2, "a re-registration")
+        await eventually(lambda: agent.registrations == 2, "a re-registration")
         assert server.registrations[1]["current_job_id"] == "j_1"
         assert agent.state == "busy"
         job.complete()
@@ -176,7 +176,7 @@ async def test_heartbeats_go_on_while_a_report_hangs_and_output_floods(orch: Orc
     async def hang_logs(_request: Any) -> Any:
         await asyncio.sleep(60)
 
-    server._logs = hang_logs  # type: ignore[method-assign]
+    server._logs = hang_logs  # type: ignore[method-assign,assignment]
     await orch.stop()
     await orch.start()  # the app is built again with the hanging handler
 

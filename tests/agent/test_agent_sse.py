@@ -96,7 +96,10 @@ def test_decode_event_takes_the_type_from_the_json() -> None:
 
 # --- properties -------------------------------------------------------------------------
 
-_text = st.text(alphabet=st.characters(blacklist_characters="\r\n\0"), max_size=20)
+_text = st.text(
+    alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n\0"),
+    max_size=20,
+)
 _field_line = st.one_of(
     st.builds(lambda v: f"data: {v}", _text),
     st.builds(lambda v: f"data:{v}", _text),
@@ -135,7 +138,7 @@ def test_any_chunking_yields_the_same_events(data: st.DataObject) -> None:
     assert (split.last_event_id, split.retry_ms) == (whole.last_event_id, whole.retry_ms)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(max_size=64), max_size=12))
 def test_arbitrary_bytes_never_crash(chunks: list[bytes]) -> None:
     parser = SseParser(max_line_bytes=48)

@@ -41,9 +41,9 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> list[AgentSettings]:
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-    clean = {name: None for name in _ALL_ENV}
+    clean: dict[str, str | None] = {name: None for name in _ALL_ENV}
     clean.update(env or {})
-    return CliRunner().invoke(worker_cli.worker, list(args), env=clean)  # type: ignore[arg-type]
+    return CliRunner().invoke(worker_cli.worker, list(args), env=clean)
 
 
 _ALL_ENV = (

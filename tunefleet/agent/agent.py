@@ -30,6 +30,7 @@ from tunefleet.agent.client import (
     OrchestratorUnreachable,
     Registration,
     RequestRejected,
+    StreamLost,
     WorkerClient,
 )
 from tunefleet.agent.executor import JobExecutor
@@ -96,6 +97,7 @@ class Agent:
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._unreachable_since: float | None = None
+        self._resync = asyncio.Event()  # the orchestrator thinks we are offline: register again
         self._sender = ReportSender(
             self.outbox,
             self.client,
@@ -227,7 +229,7 @@ class Agent:
                 continue
             self._on_registered(registration)
             try:
-                await self._read_stream(registration, backoff)
+                await self._read_until_resync(registration, backoff)
             except (OrchestratorUnreachable, RequestRejected) as error:
                 self._on_lost(error)
                 await self._wait_to_reconnect(backoff, error)
@@ -267,6 +269,22 @@ class Agent:
             current_job_id=self.current_job_id,
             last_event_id=self.last_event_id,
         )
+
+    async def _read_until_resync(self, registration: Registration, backoff: Backoff) -> None:
+        """Read the stream until it is lost or a heartbeat learns we are offline."""
+        self._resync.clear()
+        reader = asyncio.create_task(self._read_stream(registration, backoff))
+        resync = asyncio.create_task(self._resync.wait())
+        try:
+            await asyncio.wait({reader, resync}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            resync.cancel()
+            reader.cancel()
+            await asyncio.wait({reader})
+        error = None if reader.cancelled() else reader.exception()
+        if error is not None:
+            raise error
+        raise StreamLost("the orchestrator considers this worker offline; registering again")
 
     async def _read_stream(self, registration: Registration, backoff: Backoff) -> None:
         events = self.client.stream(
@@ -369,7 +387,12 @@ class Agent:
         timeout = min(self.settings.request_timeout_s, max(self.settings.heartbeat_interval_s, 1.0))
         try:
             await self.client.heartbeat(body, timeout_s=timeout)
-        except (OrchestratorUnreachable, RequestRejected) as error:
+        except RequestRejected as error:
+            log.warning("heartbeat refused", status=error.status, detail=error.detail)
+            if error.status == 409:  # "worker is offline; register again"
+                self._resync.set()
+            return
+        except OrchestratorUnreachable as error:
             log.info("heartbeat not delivered", error=str(error))
             return
         self.heartbeats_sent += 1
