@@ -316,7 +316,10 @@ def _shared_start(a: str, b: str) -> int:
 
 def _count_unmet(key: RequirementsKey, worker: WorkerView) -> int:
     """How many requirements ``worker`` misses (labels count one each)."""
-    missing = sum(not label_matches(worker.labels, k, p) for k, p in key.labels)
+    missing = 0
+    for label, pattern in key.labels:  # a plain loop: this runs for every worker in the fleet
+        if not label_matches(worker.labels, label, pattern):
+            missing += 1
     if worker.gpu_count < key.gpu_count:
         missing += 1
     if key.min_vram_gb is not None and (

@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class RequirementsKey(NamedTuple):
     labels: tuple[tuple[str, str], ...]
 
 
+@lru_cache(maxsize=4096)  # a fleet has a handful of GPU names; explanations ask per worker
 def gpu_name_matches(name: str | None, lowered_pattern: str) -> bool:
     # Case-insensitive: people write "h100*" and "H100*" for the same card.
     return name is not None and fnmatchcase(name.lower(), lowered_pattern)
