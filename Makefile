@@ -31,6 +31,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix tunefleet tests bench
 
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench
 
 chaos: $(STAMP)
