@@ -136,7 +136,9 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
             else DEFAULT_TRAIN_COMMAND
         )
         executor = JobExecutor(options.data_dir / "local-runner", command)
-        runner = LocalRunner(fleet, executor, inventory)
+        # Well inside the heartbeat timeout, however short an operator sets it.
+        interval_s = min(30.0, options.heartbeat_timeout / 4)
+        runner = LocalRunner(fleet, executor, inventory, heartbeat_interval_s=interval_s)
         await runner.start()
     admin_token = await ensure_admin_token(store, options.admin_token)
     app[keys.BANNER] = startup_banner(options, admin_token)
