@@ -21,6 +21,7 @@ from agent_loop_testkit import (
 )
 
 from tunefleet.agent.client import OrchestratorUnreachable, TlsVerificationFailed
+from tunefleet.agent.executor import JobOutcome
 from tunefleet.http.tls import ensure_self_signed, server_ssl_context
 
 pytestmark = pytest.mark.timeout(30)
@@ -259,3 +260,34 @@ async def test_unverifiable_certificate_is_fatal_and_ca_cert_fixes_it(
                 lambda: len(orchestrator.proto.stream_opens) > before,  # noqa: B023
                 f"a TLS connection with {options}",
             )
+
+
+class SlowStopExecutor(FakeExecutor):
+    """A cancelled job's process takes a while to exit: the test ends it."""
+
+    async def cancel(self, reason: str = "cancelled") -> None:
+        self.cancels.append(reason)
+
+
+async def test_a_job_sent_again_after_abandon_runs_once_the_old_process_stops(
+    orch: Orchestrator,
+) -> None:
+    server = orch.proto
+    executor = SlowStopExecutor()
+    agent = make_agent(orch.url, executor=executor, persistent=False)
+    server.register_answers = [{}, {"abandon_job": "j_1"}]
+    async with running(agent) as task:
+        old = await start_job(server, executor)
+        server.drop_streams()
+        await eventually(lambda: executor.cancels, "the abandoned job to be stopped")
+        event_id = server.push("job_submit", job_id="j_1", attempt=2, config={})
+        await eventually(lambda: agent.last_event_id == str(event_id), "the new dispatch")
+        assert len(executor.runs) == 1  # never two processes at once
+        old.finish.set_result(JobOutcome("cancelled", -15, "abandoned", []))
+        await eventually(lambda: len(executor.runs) == 2, "the new attempt to start")
+        assert not task.done()  # the ephemeral worker has not had its job yet
+        assert executor.current is not None
+        executor.current.complete()
+        await eventually(task.done, "the ephemeral worker to leave after its job")
+    assert [spec.attempt for spec in executor.runs] == [1, 2]
+    assert server.status_words("j_1") == ["starting", "running", "starting", "running", "completed"]

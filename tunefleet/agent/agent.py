@@ -85,6 +85,9 @@ class Agent:
         self.heartbeats_sent = 0
         self.inventory = GpuInventory()
         self._rng = rng or random.Random()
+        self._stop_reason: str | None = None
+        self._stop = asyncio.Event()
+        self._force = asyncio.Event()
         self.jobs = JobSlot(
             executor,
             self.outbox,
@@ -92,10 +95,8 @@ class Agent:
             base_url=settings.orchestrator_url,
             one_job_only=not settings.persistent,
             on_free=self._leave_if_ephemeral_done,
+            is_stopping=self._stop.is_set,
         )
-        self._stop_reason: str | None = None
-        self._stop = asyncio.Event()
-        self._force = asyncio.Event()
         self._unreachable_since: float | None = None
         self._resync = asyncio.Event()  # the orchestrator thinks we are offline: register again
         self._sender = ReportSender(
@@ -316,7 +317,7 @@ class Agent:
             raise error  # an ephemeral worker stops paying for an orchestrator that is gone
         delay = backoff.next_delay()
         log.warning(
-            "cannot register with the orchestrator", error=str(error), retry_in_s=round(delay, 2)
+            "will reconnect to the orchestrator", error=str(error), retry_in_s=round(delay, 2)
         )
         await self.sleep(delay)
 
@@ -336,7 +337,7 @@ class Agent:
             return
         log.debug("event", type=kind, id=event.id)
         if kind == "job_submit":
-            self.jobs.take(payload, stopping=self.stopping)
+            self.jobs.take(payload)
         elif kind == "job_cancel":
             reason = str(payload.get("reason") or "cancelled by the orchestrator")
             await self.jobs.cancel(payload.get("job_id"), reason)

@@ -71,7 +71,8 @@ class ActiveJob:
 
 class JobSlot:
     """``on_free()`` is called when the slot has nothing left to do for its last job
-    (final report delivered, or the job abandoned)."""
+    (final report delivered, or the job abandoned). ``is_stopping()`` says whether the
+    agent is on its way out (it then takes no job)."""
 
     def __init__(
         self,
@@ -82,6 +83,7 @@ class JobSlot:
         base_url: str,
         one_job_only: bool,
         on_free: Callable[[], None],
+        is_stopping: Callable[[], bool],
     ) -> None:
         self.executor = executor
         self.outbox = outbox
@@ -89,10 +91,14 @@ class JobSlot:
         self.base_url = base_url
         self.one_job_only = one_job_only
         self.on_free = on_free
+        self.is_stopping = is_stopping
         self.running: ActiveJob | None = None
         self.held: str | None = None  # ended here; its final report not yet delivered
-        self.accepted = 0
+        self.accepted = 0  # jobs taken, abandoned ones included
+        self.finished = 0  # jobs that ran to an outcome reported here
         self._attempts_seen: set[tuple[str, int]] = set()
+        # A job_submit that arrived while an abandoned job's process was still stopping.
+        self._next: dict[str, Any] | None = None
         self._cancels: set[asyncio.Task[None]] = set()
 
     @property
@@ -109,14 +115,21 @@ class JobSlot:
 
     # --- orders from the stream ---------------------------------------------------------
 
-    def take(self, payload: dict[str, Any], *, stopping: bool) -> bool:
+    def take(self, payload: dict[str, Any]) -> bool:
         """Start the job a job_submit describes, unless it must be ignored (logged)."""
         job_id = payload.get("job_id")
         if not isinstance(job_id, str) or not job_id:
             log.warning("ignoring a job_submit without a job_id")
             return False
         attempt = _positive_int(payload.get("attempt"))
-        refusal = self._refusal(job_id, attempt, stopping)
+        running = self.running
+        if running is not None and running.abandoned:
+            # The orchestrator gave us a job while the abandoned one is still stopping (often
+            # the same job, dispatched again): take it as soon as the slot is free.
+            log.info("job_submit waits for the abandoned job to stop", job_id=job_id)
+            self._next = payload
+            return False
+        refusal = self._refusal(job_id, attempt)
         if refusal is not None:
             log.log(refusal[0], "ignoring job_submit", job_id=job_id, reason=refusal[1])
             return False
@@ -135,7 +148,7 @@ class JobSlot:
         job.task = asyncio.create_task(self._run(job), name=f"job-{job_id}")
         return True
 
-    def _refusal(self, job_id: str, attempt: int, stopping: bool) -> tuple[int, str] | None:
+    def _refusal(self, job_id: str, attempt: int) -> tuple[int, str] | None:
         """Why a job_submit is not taken (log level, reason), or None to take it."""
         if self.running is not None:
             if self.running.job_id == job_id:
@@ -143,9 +156,9 @@ class JobSlot:
             return logging.WARNING, f"busy with job {self.running.job_id}"
         if (job_id, attempt) in self._attempts_seen:
             return logging.INFO, f"attempt {attempt} of this job already ran here"
-        if stopping:
+        if self.is_stopping():
             return logging.INFO, "the agent is stopping"
-        if self.one_job_only and self.accepted:
+        if self.one_job_only and (self.finished or self.held is not None):
             return logging.INFO, "an ephemeral worker runs one job"
         if self.lifecycle.state not in (WorkerState.IDLE, WorkerState.DRAINING):
             return logging.WARNING, f"the worker is {self.lifecycle.state}"
@@ -169,6 +182,8 @@ class JobSlot:
         if job is not None and job.job_id == job_id:
             log.warning("abandoning the running job", job_id=job_id, reason=reason)
             job.abandoned = True
+            # Not ours any more: if the orchestrator sends it here again, run it again.
+            self._attempts_seen.discard((job_id, job.spec.attempt))
             job.cancel_reason = job.cancel_reason or f"abandoned: {reason}"
             task = asyncio.create_task(self.executor.cancel(job.cancel_reason))
             self._cancels.add(task)
@@ -207,8 +222,11 @@ class JobSlot:
             abandoned=job.abandoned,
         )
         if job.abandoned:
-            self.on_free()
+            waiting, self._next = self._next, None
+            if waiting is None or not self.take(waiting):
+                self.on_free()
             return
+        self.finished += 1
         why = outcome.error or (job.cancel_reason if outcome.status == "cancelled" else None)
         self.outbox.add_status(job.job_id, outcome.status, progress=job.progress, error=why)
         self.held = job.job_id
