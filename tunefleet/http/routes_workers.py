@@ -79,7 +79,8 @@ async def worker_stream(request: web.Request) -> web.StreamResponse:
     open_streams = request.app[keys.OPEN_STREAMS]
     open_streams.add(conn)
     ping_s = fleet.ctx.settings.ping_interval_s
-    sse = EventSourceResponse(ping_interval=_NO_LIBRARY_PING_S)
+    # Plain "\n" line ends: agents that read raw lines for "data: " need no CR stripping.
+    sse = EventSourceResponse(ping_interval=_NO_LIBRARY_PING_S, sep="\n")
     try:
         await sse.prepare(request)
         while True:

@@ -22,7 +22,7 @@ _BACKLOG_PAGE = 1000
 
 
 async def _start(request: web.Request) -> EventSourceResponse:
-    sse = EventSourceResponse(ping_interval=_NO_LIBRARY_PING_S)
+    sse = EventSourceResponse(ping_interval=_NO_LIBRARY_PING_S, sep="\n")
     sse.headers["X-Accel-Buffering"] = "no"  # let reverse proxies pass events at once
     await sse.prepare(request)
     return sse
