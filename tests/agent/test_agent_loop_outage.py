@@ -291,3 +291,23 @@ async def test_a_job_sent_again_after_abandon_runs_once_the_old_process_stops(
         await eventually(task.done, "the ephemeral worker to leave after its job")
     assert [spec.attempt for spec in executor.runs] == [1, 2]
     assert server.status_words("j_1") == ["starting", "running", "starting", "running", "completed"]
+
+
+async def test_a_queued_dispatch_cancelled_before_it_starts_never_runs(
+    orch: Orchestrator,
+) -> None:
+    server = orch.proto
+    executor = SlowStopExecutor()
+    agent = make_agent(orch.url, executor=executor)
+    server.register_answers = [{}, {"abandon_job": "j_1"}]
+    async with running(agent):
+        old = await start_job(server, executor)
+        server.drop_streams()
+        await eventually(lambda: executor.cancels, "the abandoned job to be stopped")
+        server.push("job_submit", job_id="j_2", config={})
+        last = server.push("job_cancel", job_id="j_2", reason="changed my mind")
+        await eventually(lambda: agent.last_event_id == str(last), "both events")
+        old.finish.set_result(JobOutcome("cancelled", -15, "abandoned", []))
+        await eventually(lambda: agent.state == "idle", "the slot to be free")
+    assert [spec.job_id for spec in executor.runs] == ["j_1"]
+    assert server.statuses("j_2") == []

@@ -67,7 +67,6 @@ class Agent:
         rng: random.Random | None = None,
     ) -> None:
         self.settings = settings
-        self.executor = executor
         self.gpu = gpu
         self.client = client or WorkerClient(
             settings.orchestrator_url,
@@ -252,6 +251,7 @@ class Agent:
         self.lifecycle.worker_id = registration.worker_id
         self.registrations += 1
         self._unreachable_since = None
+        self._resync.clear()
         if registration.abandon_job:
             self.jobs.abandon(
                 registration.abandon_job, "the orchestrator no longer assigns it here"
@@ -273,7 +273,6 @@ class Agent:
 
     async def _read_until_resync(self, registration: Registration, backoff: Backoff) -> None:
         """Read the stream until it is lost or a heartbeat learns we are offline."""
-        self._resync.clear()
         reader = asyncio.create_task(self._read_stream(registration, backoff))
         resync = asyncio.create_task(self._resync.wait())
         try:

@@ -167,6 +167,8 @@ class JobSlot:
     async def cancel(self, job_id: object, reason: str) -> bool:
         """Stop the running job if it is ``job_id``; it is then reported cancelled."""
         job = self.running
+        if self._next is not None and self._next.get("job_id") == job_id:
+            self._next = None  # cancelled before it could start: never acknowledged
         if job is None or job.job_id != job_id:
             log.info("job_cancel for a job not running here", job_id=job_id)
             return False
