@@ -194,8 +194,11 @@ class Fleet:
         return stored
 
     async def has_work_for(self, worker_id: str) -> bool:
-        view = self.worker(worker_id).view()
-        return cast(bool, await self.ctx.scheduler.ask(m.HasWorkFor(view)))
+        worker = self.worker(worker_id)
+        has_jobs = cast(bool, await self.ctx.scheduler.ask(m.HasWorkFor(worker.view())))
+        if has_jobs:
+            worker.tell(m.StaysForWork())
+        return has_jobs
 
     async def disconnect(self, worker_id: str) -> None:
         await self.worker(worker_id).ask(m.Disconnected())

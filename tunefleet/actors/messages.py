@@ -117,8 +117,8 @@ class TokenRotated:
 
 
 @dataclass(frozen=True, slots=True)
-class UpdateLabels:
-    labels: dict[str, str]
+class StaysForWork:
+    """An ephemeral worker's agent asked for more work after its job, and there is some."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
         # The job whose final report's response is not yet on the wire; no dispatch
         # until it is, because SimpleTuner's agent drops a job_submit that arrives first.
         self.report_hold: str | None = None
+        # An ephemeral worker whose job ended takes no other job unless its agent asks
+        # for more (SimpleTuner's asks GET /api/workers/queue; tunefleet's simply exits).
+        self.retiring = False
         self.heartbeat = Deadline(ctx.clock, self._heartbeat_expired)
 
     # --- views --------------------------------------------------------------------
@@ -53,6 +56,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             and self.connected
             and self.report_hold is None
             and not self.drain_requested
+            and not self.retiring
         )
 
     def view(self) -> WorkerView:
@@ -107,6 +111,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 await self.lose("agent disconnected", AuditKind.WORKER_DISCONNECTED)
             case m.TokenRotated():
                 self._close_stream()
+            case m.StaysForWork():
+                self.on_stays_for_work()
             case _:
                 raise TypeError(f"WorkerActor cannot handle {type(message).__name__}")
         return None
@@ -150,6 +156,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 self.current_job_id = None
         self.rec.apply_registration(msg, now)
         self.outbox.acknowledge_type("shutdown")
+        self.retiring = False
         WORKER_LIFECYCLE.fire(self, "register")
         self.heartbeat.extend(self.ctx.settings.heartbeat_timeout_s)
         await self._persist(
@@ -301,11 +308,17 @@ class WorkerActor(WorkerFsmMixin, Actor):
 
     async def _after_release(self) -> None:
         if self.rec.worker_type == "ephemeral" and self.state == WorkerState.IDLE:
+            self.retiring = True
             has_work = await self.ctx.scheduler.ask(m.HasWorkFor(self.view()))
             if not has_work:
                 self.push("shutdown", {"reason": "ephemeral worker finished its job"})
-                return
         self._announce()
+
+    def on_stays_for_work(self) -> None:
+        """The agent asked for more work and there is some: it may take another job."""
+        if self.retiring:
+            self.retiring = False
+            self._announce()
 
     # --- admin ------------------------------------------------------------------------
 
