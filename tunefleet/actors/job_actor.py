@@ -76,6 +76,10 @@ class JobActor(JobFsmMixin, Actor):
 
     async def on_dispatch(self, worker_id: str) -> None:
         if self.state != JobState.PENDING:
+            # Offered a worker after it stopped waiting (cancelled meanwhile): the
+            # scheduler counts that worker as taken until the worker says otherwise.
+            if (worker := self.ctx.workers.get(worker_id)) is not None:
+                worker.try_tell(m.CancelReservation(self.job_id))
             return
         worker = self.ctx.workers.get(worker_id)
         if worker is None or not await worker.ask(m.ReserveForJob(self.job_id)):

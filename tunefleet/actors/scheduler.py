@@ -71,12 +71,17 @@ class Scheduler(Actor):
         self.pass_scheduled = False
         if not self.pending or not self.idle:
             return
+        unused = False
         for job_id, worker_id in plan(list(self.pending.values()), list(self.idle.values())):
             self.pending.pop(job_id, None)
-            self.idle.pop(worker_id, None)
             job = self.ctx.jobs.get(job_id)
-            if job is not None:
-                job.tell(m.DispatchTo(worker_id))
+            if job is not None and job.try_tell(m.DispatchTo(worker_id)):
+                self.idle.pop(worker_id, None)
+            else:
+                unused = True
+        if unused:
+            # A worker planned for a job that had just ended is still free: plan again.
+            self._schedule_pass()
 
     def explain(self, job_id: str) -> str | None:
         job = self.pending.get(job_id)

@@ -272,7 +272,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if self.current_job_id == job_id and self.state == WorkerState.BUSY:
             self.current_job_id = None
             WORKER_LIFECYCLE.fire(self, "release")
-            self._announce()
+        # Also when the job declined before reserving: the scheduler still counts this
+        # worker as taken by that pass, so say again whether it is free.
+        self._announce()
 
     async def on_push_job(self, msg: m.PushJob) -> None:
         if self.current_job_id != msg.job_id:
