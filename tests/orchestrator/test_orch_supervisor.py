@@ -1,0 +1,285 @@
+"""Time-driven behaviour on the fake clock: heartbeat deadlines, never-connected workers,
+acknowledgement, cancel-grace and run timeouts, and the removal of offline ephemeral
+workers. Each boundary is checked just before (nothing happens) and at the deadline."""
+
+from __future__ import annotations
+
+import pytest
+from orchestrator_testkit import FleetHarness, token_hash
+
+pytestmark = pytest.mark.timeout(30)
+
+EPS = 0.001
+
+
+async def test_a_worker_goes_offline_exactly_at_the_heartbeat_timeout(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    timeout = harness.settings.heartbeat_timeout_s
+
+    await harness.advance(timeout - EPS)
+    assert harness.worker_state(agent.worker_id) == "idle"
+    assert agent.read() == [] and not agent.stream_closed
+
+    await harness.advance(EPS)
+    assert harness.worker_state(agent.worker_id) == "offline"
+    agent.read()
+    assert agent.stream_closed, "an offline worker's stream is closed"
+    row = await harness.store.get_worker(agent.worker_id)
+    assert row is not None and row.state == "offline"
+    assert row.offline_at == pytest.approx(harness.clock.time())
+    audit = await harness.store.list_audit(kind="worker.offline", target=agent.worker_id)
+    assert len(audit) == 1
+    assert "heartbeat timeout (120 s)" in audit[0].detail["reason"]
+    # A heartbeat from a worker already offline is refused: it must register again.
+    assert await agent.heartbeat() is False
+
+
+async def test_heartbeats_push_the_deadline_back(harness: FleetHarness) -> None:
+    agent = await harness.agent("w1")
+    timeout = harness.settings.heartbeat_timeout_s
+
+    await harness.advance(100)
+    assert await agent.heartbeat() is True
+    await harness.advance(100)  # 200 s after registering, 100 s after the heartbeat
+    assert harness.worker_state(agent.worker_id) == "idle"
+    await harness.advance(timeout - 100 - EPS)
+    assert harness.worker_state(agent.worker_id) == "idle"
+    await harness.advance(EPS)
+    assert harness.worker_state(agent.worker_id) == "offline"
+
+
+async def test_the_job_of_a_lost_worker_is_requeued_and_dispatched_to_another(
+    harness: FleetHarness,
+) -> None:
+    lost = await harness.agent("lost")
+    job_id = await harness.submit()
+    assert lost.submitted_jobs() == [job_id]
+    await lost.report(job_id, "running", {"step": 1})
+    survivor = await harness.agent("survivor")
+
+    await harness.advance(60)
+    assert await survivor.heartbeat() is True  # only the survivor keeps beating
+    await harness.advance(60)
+
+    assert harness.worker_state(lost.worker_id) == "offline"
+    job = await harness.job(job_id)
+    assert job.state == "dispatched"
+    assert job.worker_id == survivor.worker_id
+    assert job.attempts == 2
+    assert job.progress is None, "progress of the lost attempt is dropped"
+    first, second = await harness.attempts(job_id)
+    assert first.worker_id == lost.worker_id and first.outcome == "lost"
+    assert first.reason is not None
+    assert lost.worker_id in first.reason and "heartbeat timeout" in first.reason
+    assert second.worker_id == survivor.worker_id and second.outcome is None
+    [submit] = survivor.received("job_submit")
+    assert submit.data["job_id"] == job_id and submit.data["attempt"] == 2
+    assert (await harness.timeline_kinds(job_id)) == [
+        "submitted",
+        "dispatched",
+        "started",
+        "requeued",
+        "dispatched",
+    ]
+    # The survivor finishes it; the lost worker never hears of it again.
+    await survivor.run_to_completion(job_id)
+    assert await harness.job_state(job_id) == "completed"
+    assert lost.submitted_jobs() == [job_id]
+
+
+async def test_when_retries_run_out_the_job_fails_naming_the_worker_and_the_limit(
+    harness: FleetHarness,
+) -> None:
+    first = await harness.agent("first")
+    job_id = await harness.submit(max_retries=1)
+    await first.report(job_id, "running")
+    second = await harness.agent("second")
+    await harness.advance(60)
+    await second.heartbeat()
+    await harness.advance(60)  # first lost: attempt 1 of 2 → requeued to second
+    job = await harness.job(job_id)
+    assert (job.state, job.worker_id, job.attempts) == ("dispatched", second.worker_id, 2)
+    await second.report(job_id, "running")
+
+    await harness.advance(120)  # second lost too: no retries left
+    job = await harness.job(job_id)
+    assert job.state == "failed"
+    assert job.error is not None
+    assert second.worker_id in job.error
+    assert "max_retries=1" in job.error
+    assert harness.job_actor(job_id) is None, "a terminal job's actor stops"
+    outcomes = [a.outcome for a in await harness.attempts(job_id)]
+    assert outcomes == ["lost", "failed"]
+
+
+async def test_an_unacknowledged_dispatch_goes_back_to_pending_and_is_sent_again(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    ack_timeout = harness.settings.dispatch_ack_timeout_s
+    assert agent.submitted_jobs() == [job_id]
+
+    await harness.advance(ack_timeout - EPS)
+    assert (await harness.job(job_id)).attempts == 1
+    assert agent.received("job_cancel") == []
+
+    await harness.advance(EPS)
+    [cancel] = agent.received("job_cancel")
+    assert cancel.data["job_id"] == job_id
+    job = await harness.job(job_id)
+    assert (job.state, job.attempts, job.worker_id) == ("dispatched", 2, agent.worker_id)
+    first = (await harness.attempts(job_id))[0]
+    assert first.outcome == "lost"
+    assert first.reason is not None and "did not acknowledge" in first.reason
+    submits = agent.received("job_submit")
+    assert [e.data["attempt"] for e in submits] == [1, 2]
+    # This time the agent acknowledges, and the job runs to its end.
+    await agent.run_to_completion(job_id)
+    assert await harness.job_state(job_id) == "completed"
+
+
+async def test_a_created_worker_that_never_registers_goes_offline_at_the_timeout(
+    harness: FleetHarness,
+) -> None:
+    worker_id = await harness.create_worker("ghost")
+    never = harness.settings.never_connected_timeout_s
+    assert harness.worker_state(worker_id) == "connecting"
+    # It is not subject to the (shorter) heartbeat timeout before its first registration.
+    await harness.advance(never - EPS)
+    assert harness.worker_state(worker_id) == "connecting"
+    await harness.advance(EPS)
+    assert harness.worker_state(worker_id) == "offline"
+    [audit] = await harness.store.list_audit(kind="worker.offline", target=worker_id)
+    assert audit.detail["reason"] == "never connected within 600 s"
+
+
+async def test_registering_in_time_cancels_the_never_connected_timeout(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("late", connect=False)
+    await harness.advance(harness.settings.never_connected_timeout_s - 100)
+    await agent.register()
+    await agent.connect()
+    for _ in range(5):
+        await harness.advance(100)
+        assert await agent.heartbeat() is True
+    assert harness.worker_state(agent.worker_id) == "idle"
+
+
+async def test_offline_ephemeral_workers_are_removed_after_an_hour(
+    harness: FleetHarness,
+) -> None:
+    ephemeral = await harness.agent("spot", worker_type="ephemeral")
+    persistent = await harness.agent("rack")
+    await ephemeral.disconnect()
+    await persistent.disconnect()
+    retention = harness.settings.ephemeral_retention_s
+    interval = harness.settings.health_check_interval_s
+
+    await harness.advance(retention - interval)
+    assert ephemeral.worker_id in harness.ctx.workers
+    assert await harness.store.get_worker(ephemeral.worker_id) is not None
+
+    await harness.advance(interval + EPS)  # the health check at or after the hour
+    assert ephemeral.worker_id not in harness.ctx.workers
+    assert await harness.store.get_worker(ephemeral.worker_id) is None
+    assert harness.fleet.worker_for_token(token_hash("spot")) is None
+    [deleted] = await harness.store.list_audit(kind="worker.deleted", target=ephemeral.worker_id)
+    assert deleted.actor == "supervisor"
+    # A persistent worker is kept, offline, however long it stays away.
+    await harness.advance(10 * retention)
+    assert harness.worker_state(persistent.worker_id) == "offline"
+    assert await harness.store.get_worker(persistent.worker_id) is not None
+
+
+async def test_an_ephemeral_worker_that_comes_back_within_the_hour_is_kept(
+    harness: FleetHarness,
+) -> None:
+    ephemeral = await harness.agent("spot", worker_type="ephemeral")
+    await ephemeral.disconnect()
+    await harness.advance(harness.settings.ephemeral_retention_s - 300)
+    await ephemeral.register()
+    await ephemeral.connect()
+    for _ in range(6):
+        await harness.advance(100)
+        await ephemeral.heartbeat()
+    assert harness.worker_state(ephemeral.worker_id) == "idle"
+
+
+async def test_a_cancel_the_worker_never_confirms_ends_at_the_grace_period(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    await agent.report(job_id, "running")
+    reply = await harness.fleet.cancel(job_id, actor="alice")
+    assert reply["status"] == "cancelling"
+    await harness.settle()
+    [cancel] = agent.received("job_cancel")
+    assert cancel.data["job_id"] == job_id and "alice" in cancel.data["reason"]
+    grace = harness.settings.cancel_grace_s
+
+    await harness.advance(grace - EPS)
+    assert await harness.job_state(job_id) == "running"
+    await agent.heartbeat(job_id)
+
+    await harness.advance(EPS)
+    job = await harness.job(job_id)
+    assert job.state == "cancelled"
+    assert job.error == "cancelled by alice (the worker did not confirm the stop)"
+    assert harness.worker_state(agent.worker_id) == "idle"
+    # A late confirmation is answered like the first one, not refused.
+    assert (await agent.report(job_id, "cancelled"))["success"] is True
+    assert await harness.job_state(job_id) == "cancelled"
+
+
+async def test_a_confirmed_cancel_ends_the_job_cancelled(harness: FleetHarness) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    await agent.report(job_id, "running")
+    await harness.fleet.cancel(job_id, actor="alice")
+    await harness.settle()
+    await agent.report(job_id, "cancelled", error="stopped by request")
+    job = await harness.job(job_id)
+    assert (job.state, job.error) == ("cancelled", "cancelled by alice")
+    await harness.advance(harness.settings.cancel_grace_s)  # the grace timer is gone
+    assert (await harness.job(job_id)).error == "cancelled by alice"
+
+
+async def test_a_job_past_its_timeout_is_stopped_and_fails(harness: FleetHarness) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit(timeout_minutes=1)
+    await harness.advance(30)  # time spent dispatched does not count against the run
+    await agent.report(job_id, "running")
+
+    await harness.advance(60 - EPS)
+    assert agent.received("job_cancel") == []
+    await agent.heartbeat(job_id)
+    await harness.advance(EPS)
+    [cancel] = agent.received("job_cancel")
+    assert cancel.data["reason"] == "exceeded its timeout of 1 minutes"
+    assert await harness.job_state(job_id) == "running"
+
+    await agent.report(job_id, "cancelled")
+    job = await harness.job(job_id)
+    assert (job.state, job.error) == ("failed", "exceeded its timeout of 1 minutes")
+
+
+async def test_a_timed_out_job_whose_worker_never_confirms_fails_at_the_grace(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit(timeout_minutes=0.5)
+    await agent.report(job_id, "running")
+    await harness.advance(30)
+    assert len(agent.received("job_cancel")) == 1
+    await agent.heartbeat(job_id)
+    await harness.advance(harness.settings.cancel_grace_s)
+    job = await harness.job(job_id)
+    assert job.state == "failed"
+    assert job.error == (
+        "exceeded its timeout of 0.5 minutes (the worker did not confirm the stop)"
+    )
