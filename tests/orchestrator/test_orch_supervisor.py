@@ -283,3 +283,35 @@ async def test_a_timed_out_job_whose_worker_never_confirms_fails_at_the_grace(
     assert job.error == (
         "exceeded its timeout of 0.5 minutes (the worker did not confirm the stop)"
     )
+
+
+async def test_a_job_cancelled_before_its_dispatch_was_acknowledged_is_not_requeued(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    await harness.advance(10)
+    assert (await harness.fleet.cancel(job_id, actor="alice"))["status"] == "cancelling"
+    await harness.settle()
+    assert len(agent.received("job_cancel")) == 1
+    await harness.advance(harness.settings.dispatch_ack_timeout_s)  # ack timeout, then grace
+    job = await harness.job(job_id)
+    assert (job.state, job.attempts) == ("cancelled", 1), job
+    assert job.error is not None and job.error.startswith("cancelled by alice")
+    assert agent.submitted_jobs() == [job_id], "never dispatched again"
+    assert harness.worker_state(agent.worker_id) == "idle"
+
+
+async def test_losing_the_worker_of_a_job_being_cancelled_ends_it_cancelled(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    spare = await harness.agent("spare")
+    job_id = await harness.submit()
+    holder, other = (agent, spare) if agent.submitted_jobs() else (spare, agent)
+    await holder.report(job_id, "running")
+    await harness.fleet.cancel(job_id, actor="alice")
+    await holder.disconnect()
+    job = await harness.job(job_id)
+    assert (job.state, job.error) == ("cancelled", "cancelled by alice")
+    assert other.submitted_jobs() == []

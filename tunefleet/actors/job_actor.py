@@ -199,17 +199,7 @@ class JobActor(JobFsmMixin, Actor):
             JobState.RUNNING,
         ):
             return
-        now = self.ctx.clock.time()
-        if self.stop_reason is not None:
-            kind, dest = (
-                ("fail", JobState.FAILED)
-                if self.stop_is_timeout
-                else ("cancel", JobState.CANCELLED)
-            )
-            await self._end(kind, dest, self.stop_reason, now)
-            await self._stop_self()
-            return
-        await self._requeue_or_fail(reason, now)
+        await self._requeue_or_fail(reason, self.ctx.clock.time())
 
     async def on_ack_timeout(self, attempt: int) -> None:
         if self.state != JobState.DISPATCHED or attempt != self.attempts:
@@ -265,6 +255,17 @@ class JobActor(JobFsmMixin, Actor):
     # --- common endings ------------------------------------------------------------------
 
     async def _requeue_or_fail(self, reason: str, now: float) -> None:
+        if self.stop_reason is not None:
+            # A cancel or timeout was asked for: losing the worker (or its acknowledgement)
+            # ends the job as that stop would have; it never goes back to the queue.
+            kind, dest = (
+                ("fail", JobState.FAILED)
+                if self.stop_is_timeout
+                else ("cancel", JobState.CANCELLED)
+            )
+            await self._end(kind, dest, self.stop_reason, now)
+            await self._stop_self()
+            return
         worker_id = self.worker_id
         new_state = JOB_LIFECYCLE.fire(self, "lose")
         self._cancel_timers()
