@@ -96,7 +96,10 @@ class Fleet:
         if worker is None:
             actor.tell(m.WorkerLost(rec.worker_id or "?", "worker no longer exists"))
             return
-        if rec.state == JobState.DISPATCHED:
+        if actor.stop_reason is not None:
+            # Stopping when the orchestrator went down: ask again, never start it again.
+            actor.repeat_stop_request()
+        elif rec.state == JobState.DISPATCHED:
             # The push may not have reached the agent before the restart: send it again.
             worker.tell(m.PushJob(rec.job_id, actor.submit_payload()))
             actor.arm_ack_timer()

@@ -36,8 +36,8 @@ class JobActor(JobFsmMixin, Actor):
         self.worker_id: str | None = record.worker_id
         self.past_workers: set[str] = set()
         # Why the orchestrator asked the agent to stop ("cancelled by …" or "timeout").
-        self.stop_reason: str | None = None
-        self.stop_is_timeout = False
+        self.stop_reason: str | None = record.stop_reason
+        self.stop_is_timeout = record.stop_is_timeout
         self.timers: list[Any] = []
 
     @property
@@ -235,9 +235,22 @@ class JobActor(JobFsmMixin, Actor):
         return {"success": True, "job_id": self.job_id, "status": "cancelling"}
 
     async def _ask_worker_to_stop(self) -> None:
+        await self.ctx.persistence.record_stop_request(
+            self.job_id,
+            self.attempts,
+            self.worker_id,
+            self.stop_reason or "cancelled",
+            self.stop_is_timeout,
+            self.ctx.clock.time(),
+        )
+        self.repeat_stop_request()
+        self._publish()
+
+    def repeat_stop_request(self) -> None:
+        """Push the cancel to the agent and give it the grace period to confirm (again,
+        after a restart)."""
         self._tell_worker(m.PushCancel(self.job_id, self.stop_reason or "cancelled"))
         self._arm(self.ctx.settings.cancel_grace_s, m.CancelGraceExpired(self.attempts))
-        self._publish()
 
     async def on_cancel_grace_expired(self, attempt: int) -> None:
         if attempt != self.attempts or self.state not in (JobState.DISPATCHED, JobState.RUNNING):

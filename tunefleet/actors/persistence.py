@@ -16,6 +16,8 @@ from tunefleet.storage.rows import JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
 
 _LIVE = ("pending", "dispatched", "running")
+# Timeline kind: the orchestrator asked the agent to stop the job (cancel or timeout).
+STOP_REQUESTED = "stop_requested"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,18 @@ class Persistence:
         return [worker_record(row) for row in await self.store.list_workers()]
 
     async def load_live_jobs(self) -> list[JobRecord]:
-        return [job_record(row) for row in await self.store.nonterminal_jobs()]
+        jobs = [job_record(row) for row in await self.store.nonterminal_jobs()]
+        for job in jobs:
+            if job.state != "pending":
+                await self._load_stop_request(job)
+        return jobs
+
+    async def _load_stop_request(self, job: JobRecord) -> None:
+        """A stop asked for before a restart still stands: the agent may confirm it later."""
+        for event in await self.store.list_job_events(job.job_id):
+            if event.kind == STOP_REQUESTED and event.attempt == job.attempts:
+                job.stop_reason = str(event.detail.get("reason") or "cancelled")
+                job.stop_is_timeout = bool(event.detail.get("timeout"))
 
     async def worker_token_hashes(self) -> dict[str, str]:
         return {t.token_hash: t.worker_id for t in await self.store.list_worker_tokens()}
@@ -213,6 +226,24 @@ class Persistence:
             repos.jobs.append_event(job_id, "started", worker_id=worker_id, attempt=attempt, at=now)
 
         await self.store.atomically(start)
+
+    async def record_stop_request(
+        self,
+        job_id: str,
+        attempt: int,
+        worker_id: str | None,
+        reason: str,
+        is_timeout: bool,
+        now: float,
+    ) -> None:
+        await self.store.append_job_event(
+            job_id,
+            STOP_REQUESTED,
+            worker_id=worker_id,
+            attempt=attempt,
+            detail={"reason": reason, "timeout": is_timeout},
+            at=now,
+        )
 
     async def save_progress(self, job_id: str, progress: dict[str, Any] | None, now: float) -> None:
         await self.store.update_job(job_id, progress=progress)

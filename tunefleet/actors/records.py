@@ -178,6 +178,10 @@ class JobRecord:
     progress: dict[str, Any] | None = None
     error: str | None = None
     wait_reason: str | None = None
+    # A stop (cancel or run timeout) asked of the agent for the current attempt and not
+    # confirmed yet; loaded from the timeline so that it outlives a restart.
+    stop_reason: str | None = None
+    stop_is_timeout: bool = False
 
     def requirements(self) -> Requirements:
         return Requirements(

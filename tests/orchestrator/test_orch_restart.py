@@ -1,0 +1,255 @@
+"""Restart reconciliation: the orchestrator stops mid-job, its database is closed, and a
+new Fleet on the same file rebuilds the actors. Nothing submitted may be lost, and no
+job may run twice."""
+
+from __future__ import annotations
+
+import pytest
+from orchestrator_testkit import FakeAgent, FleetHarness
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def _running_job(harness: FleetHarness, agent: FakeAgent) -> str:
+    job_id = await harness.submit()
+    assert agent.submitted_jobs()[-1] == job_id
+    await agent.report(job_id, "running", {"step": 3, "total": 10})
+    return job_id
+
+
+async def test_a_worker_that_comes_back_with_its_job_resumes_it_and_it_completes_once(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await _running_job(harness, agent)
+
+    after = await harness.restart(5.0, agent)
+    assert after.worker_state(agent.worker_id) == "busy"
+    reply = await agent.register(current_job_id=job_id)
+    assert reply["resume_job"] == {
+        "job_id": job_id,
+        "config_name": "test-config",
+        "status": "running",
+    }
+    assert reply["abandon_job"] is None
+    await agent.connect(agent.last_event_id)
+    await after.settle()
+    assert agent.received("job_submit") == agent.events[:1], "nothing is pushed again"
+    assert after.worker_state(agent.worker_id) == "busy"
+
+    # It keeps running past the heartbeat timeout as long as the agent beats.
+    for _ in range(3):
+        await after.advance(60)
+        assert await agent.heartbeat(job_id, {"step": 5, "total": 10})
+    await agent.report(job_id, "running", {"step": 9, "total": 10})
+    await agent.report(job_id, "completed", {"step": 10, "total": 10})
+
+    job = await after.job(job_id)
+    assert (job.state, job.attempts, job.worker_id) == ("completed", 1, agent.worker_id)
+    assert job.progress == {"step": 10, "total": 10}
+    kinds = await after.timeline_kinds(job_id)
+    assert kinds == ["submitted", "dispatched", "started", "completed"]
+    [attempt] = await after.attempts(job_id)
+    assert attempt.outcome == "completed"
+    assert after.worker_state(agent.worker_id) == "idle"
+
+
+async def test_a_worker_that_does_not_come_back_has_its_job_requeued(
+    harness: FleetHarness,
+) -> None:
+    gone = await harness.agent("gone")
+    job_id = await _running_job(harness, gone)
+    spare = await harness.agent("spare")
+    assert spare.submitted_jobs() == []
+
+    after = await harness.restart(5.0, gone, spare)
+    await spare.register()
+    await spare.connect(spare.last_event_id)
+    timeout = after.settings.heartbeat_timeout_s
+    await after.advance(timeout / 2)
+    await spare.heartbeat()
+    await after.advance(timeout / 2 - 0.001)
+    assert after.worker_state(gone.worker_id) == "busy", "it has the whole timeout to return"
+    assert await after.job_state(job_id) == "running"
+
+    await after.advance(0.001)
+    assert after.worker_state(gone.worker_id) == "offline"
+    job = await after.job(job_id)
+    assert (job.state, job.worker_id, job.attempts) == ("dispatched", spare.worker_id, 2)
+    first = (await after.attempts(job_id))[0]
+    assert first.outcome == "lost"
+    assert first.reason is not None and gone.worker_id in first.reason
+    assert spare.submitted_jobs() == [job_id]
+    await spare.run_to_completion(job_id)
+    assert await after.job_state(job_id) == "completed"
+
+
+async def test_a_dispatch_the_agent_never_acknowledged_is_pushed_again(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    agent.forget()  # the job_submit never reached the agent
+
+    after = await harness.restart(5.0, agent)
+    assert await after.job_state(job_id) == "dispatched"
+    reply = await agent.register(current_job_id=None)
+    assert reply["resume_job"] is None and reply["abandon_job"] is None
+    await agent.connect(None)
+    await after.settle()
+    assert agent.submitted_jobs() == [job_id]
+    await agent.run_to_completion(job_id)
+    job = await after.job(job_id)
+    assert (job.state, job.attempts) == ("completed", 1)
+
+
+async def test_a_reconnecting_stream_gets_a_dispatch_pushed_again_after_a_restart(
+    harness: FleetHarness,
+) -> None:
+    """Without registering again: the stream reconnects with the last id it saw."""
+    agent = await harness.agent("w1")
+    seen = agent.last_event_id
+    job_id = await harness.submit()
+    agent.forget()  # lost with the old connection
+
+    after = await harness.restart(5.0, agent)
+    await agent.connect(seen)
+    await after.settle()
+    [submit] = agent.received("job_submit")
+    assert submit.data["job_id"] == job_id
+    assert seen is None or (submit.event_id or 0) > seen
+    await agent.run_to_completion(job_id)
+    assert await after.job_state(job_id) == "completed"
+
+
+async def test_pending_jobs_are_scheduled_again(harness: FleetHarness) -> None:
+    jobs = [await harness.submit(priority=p) for p in (0, 5, 1)]
+    assert {await harness.job_state(j) for j in jobs} == {"pending"}
+
+    after = await harness.restart(5.0)
+    agent = await after.agent("late")
+    # One worker: the highest priority goes first, then the others in priority order.
+    order = []
+    for _ in jobs:
+        [job_id] = agent.submitted_jobs()[len(order) :]
+        order.append(job_id)
+        await agent.run_to_completion(job_id)
+    assert order == [jobs[1], jobs[2], jobs[0]]
+    assert {await after.job_state(j) for j in jobs} == {"completed"}
+
+
+async def test_nothing_submitted_is_lost_across_a_restart(harness: FleetHarness) -> None:
+    a = await harness.agent("a")
+    b = await harness.agent("b")
+    done = await harness.submit()
+    holder = a if a.submitted_jobs() == [done] else b
+    await holder.run_to_completion(done)
+    running = await harness.submit()
+    dispatched = await harness.submit()
+    pending = [await harness.submit() for _ in range(3)]
+    runner = a if running in a.submitted_jobs() else b
+    await runner.report(running, "running")
+    other = b if runner is a else a
+    assert other.submitted_jobs()[-1] == dispatched
+
+    after = await harness.restart(30.0, a, b)
+    await runner.register(current_job_id=running)
+    await runner.connect(runner.last_event_id)
+    await other.register(current_job_id=None)
+    await other.connect(other.last_event_id)
+    await after.settle()
+
+    submitted = [done, running, dispatched, *pending]
+    for _ in range(20):  # each agent finishes whatever it holds until the queue is empty
+        progressed = False
+        for agent in (a, b):
+            held = after.worker(agent.worker_id).current_job_id
+            if held is not None:
+                if await after.job_state(held) == "dispatched":
+                    await agent.report(held, "starting")
+                await agent.report(held, "completed")
+                progressed = True
+        if not progressed:
+            break
+    for job_id in submitted:
+        job = await after.job(job_id)
+        assert job.state == "completed", job
+        kinds = await after.timeline_kinds(job_id)
+        assert kinds.count("completed") == 1 and kinds.count("dispatched") == 1, kinds
+    assert await after.store.count_jobs() == len(submitted)
+
+
+async def test_a_drain_survives_a_restart(harness: FleetHarness) -> None:
+    agent = await harness.agent("w1")
+    await harness.fleet.drain(agent.worker_id, actor="admin")
+    after = await harness.restart(5.0, agent)
+    await agent.register()
+    await agent.connect(agent.last_event_id)
+    await after.settle()
+    assert after.worker_state(agent.worker_id) == "draining"
+    assert len(agent.received("drain")) == 2, "told again on the new stream"
+    job_id = await after.submit()
+    assert await after.job_state(job_id) == "pending"
+
+
+async def test_a_cancel_requested_before_a_restart_still_ends_the_job_cancelled(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await _running_job(harness, agent)
+    await harness.fleet.cancel(job_id, actor="alice")
+    await harness.settle()
+    assert len(agent.received("job_cancel")) == 1
+
+    after = await harness.restart(5.0, agent)
+    await agent.register(current_job_id=job_id)
+    await agent.connect(agent.last_event_id)
+    await agent.report(job_id, "cancelled")
+    job = await after.job(job_id)
+    assert (job.state, job.attempts) == ("cancelled", 1), job
+    kinds = await after.timeline_kinds(job_id)
+    assert kinds == ["submitted", "dispatched", "started", "stop_requested", "cancelled"]
+    assert (await after.timeline(job_id))[3].detail == {
+        "reason": "cancelled by alice",
+        "timeout": False,
+    }
+
+
+async def test_a_stop_unconfirmed_across_a_restart_ends_at_the_new_grace_period(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await _running_job(harness, agent)
+    await harness.fleet.cancel(job_id, actor="alice")
+    after = await harness.restart(5.0, agent)
+    await agent.register(current_job_id=job_id)
+    await agent.connect(None)
+    await after.settle()
+    assert [e.data["job_id"] for e in agent.received("job_cancel")] == [job_id, job_id]
+    grace = after.settings.cancel_grace_s
+    await after.advance(grace - 0.001)
+    assert await after.job_state(job_id) == "running"
+    await agent.heartbeat(job_id)
+    await after.advance(0.001)
+    job = await after.job(job_id)
+    assert job.state == "cancelled"
+    assert job.error == "cancelled by alice (the worker did not confirm the stop)"
+    assert after.worker_state(agent.worker_id) == "idle"
+
+
+async def test_a_dispatch_cancelled_before_a_restart_is_not_pushed_again(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    await harness.fleet.cancel(job_id, actor="alice")
+    agent.forget()
+    after = await harness.restart(5.0, agent)
+    await agent.register(current_job_id=None)
+    await agent.connect(None)
+    await after.settle()
+    assert agent.submitted_jobs() == []
+    assert [e.data["job_id"] for e in agent.received("job_cancel")] == [job_id]
+    await after.advance(after.settings.cancel_grace_s)
+    job = await after.job(job_id)
+    assert (job.state, job.attempts) == ("cancelled", 1)
