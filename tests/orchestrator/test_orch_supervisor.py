@@ -315,3 +315,18 @@ async def test_losing_the_worker_of_a_job_being_cancelled_ends_it_cancelled(
     job = await harness.job(job_id)
     assert (job.state, job.error) == ("cancelled", "cancelled by alice")
     assert other.submitted_jobs() == []
+
+
+async def test_a_job_cancelled_while_running_stays_cancelled_when_its_timeout_passes(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit(timeout_minutes=1)
+    await agent.report(job_id, "running")
+    await harness.advance(30)
+    await harness.fleet.cancel(job_id, actor="alice")
+    await harness.advance(30)  # the run timeout passes while the agent is stopping it
+    await agent.report(job_id, "cancelled")
+    job = await harness.job(job_id)
+    assert (job.state, job.error) == ("cancelled", "cancelled by alice")
+    assert len(agent.received("job_cancel")) == 1

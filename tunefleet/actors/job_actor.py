@@ -216,6 +216,8 @@ class JobActor(JobFsmMixin, Actor):
     async def on_run_timeout(self, attempt: int) -> None:
         if self.state != JobState.RUNNING or attempt != self.attempts:
             return
+        if self.stop_reason is not None:
+            return  # already being stopped (cancelled): that stop decides the outcome
         self.stop_reason = f"exceeded its timeout of {self.rec.timeout_minutes:g} minutes"
         self.stop_is_timeout = True
         await self._ask_worker_to_stop()
