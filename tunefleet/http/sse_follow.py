@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
 from tunefleet.actors.events import HubEvent
-from tunefleet.actors.records import iso
 from tunefleet.http import keys
 from tunefleet.http.job_views import log_line_view
+
+if TYPE_CHECKING:
+    from tunefleet.storage.store import Store
 
 _PING_S = 15.0
 _NO_LIBRARY_PING_S = 86_400.0
@@ -64,22 +66,20 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
 
 
 async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> web.StreamResponse:
-    """What is stored, then each new line as agents report it, then `end`."""
+    """What is stored, then each new line as agents report it, then `end`.
+
+    Lines are always read back from storage (a hub event only says there are new ones),
+    so every `log` event carries the stored seq as its id: one cursor for the backlog and
+    the live tail, the one ``?from_seq=`` takes, and a batch an agent re-sends is not
+    shown twice.
+    """
     hub = request.app[keys.HUB]
     store = request.app[keys.STORE]
     with hub.subscribe(frozenset({"job_logs", "job"})) as sub:
         sse = await _start(request)
-        seen: dict[int, int] = {}  # attempt → highest agent seq sent from the backlog
         cursor = max(0, from_seq - 1)
         with contextlib.suppress(ConnectionResetError, RuntimeError):
-            while True:
-                rows = await store.read_logs(job_id, after_id=cursor, limit=_BACKLOG_PAGE)
-                for row in rows:
-                    await _send(sse, "log", log_line_view(row), row.id)
-                    seen[row.attempt] = max(seen.get(row.attempt, -1), row.seq)
-                    cursor = row.id
-                if len(rows) < _BACKLOG_PAGE:
-                    break
+            cursor = await _send_stored_lines(sse, store, job_id, cursor)
             job = await store.get_job(job_id)
             if job is not None and job.state in _TERMINAL:
                 await _send(sse, "end", {"job_id": job_id, "status": job.state, "error": job.error})
@@ -89,13 +89,9 @@ async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> w
                 if event.data.get("job_id") != job_id:
                     continue
                 if event.kind == "job_logs":
-                    attempt = event.data.get("attempt") or 1
-                    for line in event.data.get("lines", []):
-                        if line["seq"] <= seen.get(attempt, -1):
-                            continue
-                        view = {**line, "attempt": attempt, "at": iso(line.get("at"))}
-                        await _send(sse, "log", view)
+                    cursor = await _send_stored_lines(sse, store, job_id, cursor)
                 elif event.data.get("status") in _TERMINAL:
+                    await _send_stored_lines(sse, store, job_id, cursor)
                     await _send(
                         sse,
                         "end",
@@ -107,3 +103,16 @@ async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> w
                     )
                     break
     return await _finish(sse)
+
+
+async def _send_stored_lines(
+    sse: EventSourceResponse, store: Store, job_id: str, cursor: int
+) -> int:
+    """Send the job's stored lines after ``cursor``; returns the new cursor."""
+    while True:
+        rows = await store.read_logs(job_id, after_id=cursor, limit=_BACKLOG_PAGE)
+        for row in rows:
+            await _send(sse, "log", log_line_view(row), row.id)
+            cursor = row.id
+        if len(rows) < _BACKLOG_PAGE:
+            return cursor
