@@ -1,0 +1,367 @@
+"""Admin endpoints: list, create (token once, only its hash stored), drain/resume, token
+rotation, delete, and API tokens with their permission checks."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.server.protocol import WorkerClient, eventually
+
+# --- list -------------------------------------------------------------------------------
+
+
+async def test_list_shows_ids_flat_gpus_connection_and_uptime(server: Any) -> None:
+    online = await server.connected_worker("online", labels={"site": "dc-a"})
+    await server.create_worker("never-connected")
+    await server.clock.advance(42)
+    data = await server.ok("GET", "/api/admin/workers")
+    assert data["total"] == 2
+    by_name = {w["name"]: w for w in data["workers"]}
+    view = by_name["online"]
+    assert view["id"] == view["worker_id"] == online.worker_id
+    assert (view["gpu_count"], view["gpu_name"], view["gpu_vram_gb"]) == (
+        2,
+        "NVIDIA A100-SXM4-80GB",
+        80.0,
+    )
+    assert view["gpu_info"]["count"] == 2
+    assert view["status"] == "idle"
+    assert view["worker_type"] == "persistent"
+    assert view["labels"] == {"site": "dc-a"}
+    assert view["connected"] is True
+    assert view["uptime_seconds"] == 42.0
+    assert view["current_job_id"] is None
+    assert view["last_heartbeat"].endswith("Z")
+    for key in ("connected_at", "created_at"):
+        assert view[key].endswith("Z")
+    idle = by_name["never-connected"]
+    assert (idle["status"], idle["connected"], idle["uptime_seconds"]) == ("connecting", False, 0)
+    assert "token" not in view and "token_hash" not in view
+    online.close()
+
+
+async def test_list_connected_is_false_once_the_stream_closes(server: Any) -> None:
+    worker = await server.connected_worker()
+    worker.close()
+
+    async def disconnected() -> bool:
+        return (await server.worker_view(worker.worker_id))["connected"] is False
+
+    await eventually(disconnected, "connected to become false")
+
+
+async def test_list_filters_by_status(server: Any) -> None:
+    idle = await server.connected_worker("idle-one")
+    await server.create_worker("connecting-one")
+    data = await server.ok("GET", "/api/admin/workers?status=idle")
+    assert [w["worker_id"] for w in data["workers"]] == [idle.worker_id]
+    assert data["total"] == 1
+    data = await server.ok("GET", "/api/admin/workers?status=offline")
+    assert data == {"workers": [], "total": 0}
+    idle.close()
+
+
+async def test_list_with_an_unknown_status_is_400(server: Any) -> None:
+    resp = await server.get("/api/admin/workers?status=sleeping")
+    assert resp.status == 400
+    detail = (await resp.json())["detail"]
+    assert detail.startswith("status:")
+    assert "\n" not in detail
+
+
+async def test_get_unknown_worker_is_404(server: Any) -> None:
+    resp = await server.get("/api/admin/workers/w_nope")
+    assert resp.status == 404
+    assert await resp.json() == {"detail": "Worker not found: w_nope"}
+
+
+# --- create -----------------------------------------------------------------------------
+
+
+def _db_bytes(data_dir: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(data_dir.glob("tunefleet.db*")))
+
+
+async def test_create_shows_the_token_once_and_stores_only_its_hash(server: Any) -> None:
+    body = {"name": "gpu-1", "worker_type": "ephemeral", "labels": {"gpu_type": "a100"}}
+    data = await server.ok("POST", "/api/admin/workers", body)
+    token = data["token"]
+    assert token.startswith("wt_") and len(token) > 40
+    assert data["worker_id"].startswith("w_")
+    assert (data["name"], data["worker_type"], data["labels"]) == (
+        "gpu-1",
+        "ephemeral",
+        {"gpu_type": "a100"},
+    )
+    assert token in data["connection_command"]
+    assert data["environment"]["SIMPLETUNER_WORKER_TOKEN"] == token
+    # Nowhere else: not in the list, the worker view, the audit log.
+    for path in ("/api/admin/workers", f"/api/admin/workers/{data['worker_id']}", "/api/audit"):
+        assert token not in await (await server.get(path)).text()
+    # The database holds the SHA-256 hash and never the token.
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    with sqlite3.connect(server.data_dir / "tunefleet.db") as db:
+        rows = db.execute("SELECT worker_id, token_hash FROM worker_token").fetchall()
+    assert rows == [(data["worker_id"], digest)]
+    assert token.encode() not in _db_bytes(server.data_dir)
+    assert token.encode() not in (server.data_dir / "audit.jsonl").read_bytes()
+    # And the token works.
+    assert (await WorkerClient(server.client, token).register("gpu-1"))["worker_id"] == data[
+        "worker_id"
+    ]
+
+
+async def test_create_refuses_unknown_fields(server: Any) -> None:
+    resp = await server.post("/api/admin/workers", {"name": "w", "label": {"a": "b"}})
+    assert resp.status == 400
+    assert "label" in (await resp.json())["detail"]
+    assert (await server.ok("GET", "/api/admin/workers"))["total"] == 0
+
+
+# --- drain and resume -------------------------------------------------------------------
+
+
+async def test_drain_pushes_drain_and_takes_no_more_jobs(server: Any) -> None:
+    worker = await server.connected_worker()
+    data = await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/drain")
+    assert data == {"success": True, "worker_id": worker.worker_id, "status": "draining"}
+    frame = await worker.stream.expect("drain")
+    assert frame.data == {"type": "drain"}
+    submitted = await server.submit(target="worker")
+    assert submitted["status"] == "pending"
+    assert submitted["reason"]
+    await worker.stream.expect_nothing()
+    worker.close()
+
+
+async def test_drain_is_sticky_across_heartbeat_and_reregistration(server: Any) -> None:
+    worker = await server.connected_worker()
+    await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/drain")
+    await worker.stream.expect("drain")
+    assert (await worker.heartbeat(status="idle")).status == 200
+    assert (await server.worker_view(worker.worker_id))["status"] == "draining"
+    worker.close()
+    await worker.register()
+    view = await server.worker_view(worker.worker_id)
+    assert (view["status"], view["drain_requested"]) == ("draining", True)
+    stream = await worker.open_stream()
+    await stream.expect("drain")  # told again on every new stream
+    job_id = (await server.submit(target="worker"))["job_id"]
+    await stream.expect_nothing()
+    assert (await server.job(job_id))["status"] == "pending"
+    worker.close()
+
+
+async def test_draining_busy_worker_finishes_its_job_then_stays_draining(server: Any) -> None:
+    worker = await server.connected_worker()
+    job_id = await server.running_job(worker)
+    await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/drain")
+    await worker.stream.expect("drain")
+    assert (await server.job(job_id))["status"] == "running"
+    assert (await worker.report(job_id, "completed")).status == 200
+    await server.wait_job(job_id, "completed")
+    await server.submit(target="worker")
+    await worker.stream.expect_nothing()
+    assert (await server.worker_view(worker.worker_id))["status"] == "draining"
+    worker.close()
+
+
+async def test_resume_undoes_a_drain_and_the_worker_takes_jobs_again(server: Any) -> None:
+    worker = await server.connected_worker()
+    await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/drain")
+    await worker.stream.expect("drain")
+    job_id = (await server.submit(target="worker"))["job_id"]
+    data = await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/resume")
+    assert data == {"success": True, "worker_id": worker.worker_id, "status": "idle"}
+    assert (await worker.stream.expect("job_submit")).data["job_id"] == job_id
+    worker.close()
+
+
+async def test_resume_of_a_worker_that_is_not_draining_is_409(server: Any) -> None:
+    worker = await server.connected_worker()
+    resp = await server.post(f"/api/admin/workers/{worker.worker_id}/resume")
+    assert resp.status == 409
+    assert "not draining" in (await resp.json())["detail"]
+    assert (await server.worker_view(worker.worker_id))["status"] == "idle"
+    worker.close()
+
+
+@pytest.mark.parametrize("action", ["drain", "resume", "token"])
+async def test_actions_on_an_unknown_worker_are_404(server: Any, action: str) -> None:
+    resp = await server.post(f"/api/admin/workers/w_nope/{action}")
+    assert resp.status == 404
+    assert await resp.json() == {"detail": "Worker not found: w_nope"}
+
+
+# --- token rotation ---------------------------------------------------------------------
+
+
+async def test_rotation_kills_the_old_token_at_once_and_closes_its_stream(server: Any) -> None:
+    worker = await server.connected_worker()
+    old_stream = worker.stream
+    data = await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/token")
+    new_token = data["token"]
+    assert new_token.startswith("wt_") and new_token != worker.token
+    assert data["worker_id"] == worker.worker_id
+    assert new_token in data["connection_command"]
+    await old_stream.expect_closed()
+    resp = await worker.heartbeat()
+    assert resp.status == 401
+    assert await resp.json() == {"detail": "Invalid worker token"}
+    assert (await worker.open_stream()).status == 401
+    worker.token = new_token
+    assert (await worker.register())["worker_id"] == worker.worker_id
+    stream = await worker.open_stream()
+    assert stream.status == 200
+    digest = hashlib.sha256(new_token.encode()).hexdigest()
+    with sqlite3.connect(server.data_dir / "tunefleet.db") as db:
+        live = db.execute("SELECT token_hash FROM worker_token WHERE revoked_at IS NULL").fetchall()
+    assert live == [(digest,)]
+    worker.close()
+
+
+# --- delete -----------------------------------------------------------------------------
+
+
+async def test_delete_of_an_online_worker_is_409_and_says_to_drain(server: Any) -> None:
+    worker = await server.connected_worker()
+    resp = await server.delete(f"/api/admin/workers/{worker.worker_id}")
+    assert resp.status == 409
+    assert "drain" in (await resp.json())["detail"]
+    assert (await server.worker_view(worker.worker_id))["status"] == "idle"
+    worker.close()
+
+
+async def test_delete_of_an_offline_worker(server: Any) -> None:
+    worker = await server.connected_worker()
+    worker.close()
+    await worker.disconnect()
+    data = await server.ok("DELETE", f"/api/admin/workers/{worker.worker_id}")
+    assert data == {"success": True, "worker_id": worker.worker_id, "requeued_job_id": None}
+    assert (await server.get(f"/api/admin/workers/{worker.worker_id}")).status == 404
+    resp = await worker.post("/api/workers/register", {"name": "gone"})
+    assert resp.status == 401
+
+
+async def test_forced_delete_requeues_the_job(server: Any) -> None:
+    worker = await server.connected_worker()
+    job_id = await server.running_job(worker)
+    data = await server.ok("DELETE", f"/api/admin/workers/{worker.worker_id}?force=true")
+    assert data["requeued_job_id"] == job_id
+    job = await server.wait_job(job_id, "pending")
+    assert "deleted" in job["attempt_history"][0]["reason"]
+    # Another worker picks it up.
+    other = await server.connected_worker("other")
+    assert (await other.take_job())["job_id"] == job_id
+    other.close()
+
+
+async def test_delete_unknown_worker_is_404_and_bad_force_is_400(server: Any) -> None:
+    resp = await server.delete("/api/admin/workers/w_nope")
+    assert resp.status == 404
+    worker = await server.create_worker()
+    resp = await server.delete(f"/api/admin/workers/{worker.worker_id}?force=maybe")
+    assert resp.status == 400
+    assert (await server.worker_view(worker.worker_id))["status"] == "connecting"
+
+
+# --- API tokens -------------------------------------------------------------------------
+
+
+async def test_api_token_create_list_revoke(server: Any) -> None:
+    created = await server.ok(
+        "POST", "/api/admin/tokens", {"name": "ci", "permissions": ["queue.submit"]}
+    )
+    token = created["token"]
+    assert token.startswith("tf_")
+    assert created["permissions"] == ["queue.submit"]
+    listed = await server.ok("GET", "/api/admin/tokens")
+    names = {t["name"]: t for t in listed["tokens"]}
+    assert set(names) == {"admin", "ci"}
+    assert token not in str(listed)
+    assert all("token" not in t and "token_hash" not in t for t in listed["tokens"])
+    with sqlite3.connect(server.data_dir / "tunefleet.db") as db:
+        hashes = {h for (h,) in db.execute("SELECT token_hash FROM api_token")}
+    assert hashlib.sha256(token.encode()).hexdigest() in hashes
+    assert token.encode() not in _db_bytes(server.data_dir)
+    # The new token submits…
+    ci = server.bearer(token)
+    resp = await server.post("/api/queue/submit", {"config_name": "tiny"}, headers=ci)
+    assert resp.status == 200
+    # …until revoked.
+    revoked = await server.ok("DELETE", f"/api/admin/tokens/{created['id']}")
+    assert revoked == {"success": True, "id": created["id"]}
+    resp = await server.post("/api/queue/submit", {"config_name": "tiny"}, headers=ci)
+    assert resp.status == 401
+    listed = await server.ok("GET", "/api/admin/tokens")
+    assert {t["name"]: t["revoked_at"] is not None for t in listed["tokens"]}["ci"] is True
+
+
+async def test_revoke_unknown_token_is_404(server: Any) -> None:
+    for token_id in ("999", "abc"):
+        resp = await server.delete(f"/api/admin/tokens/{token_id}")
+        assert resp.status == 404
+        assert "not found" in (await resp.json())["detail"]
+
+
+async def test_a_token_cannot_grant_what_it_lacks(server: Any) -> None:
+    manager = await server.api_token("admin.workers", "queue.submit", name="manager")
+    headers = server.bearer(manager)
+    resp = await server.post(
+        "/api/admin/tokens", {"name": "x", "permissions": ["audit.read"]}, headers=headers
+    )
+    assert resp.status == 403
+    assert await resp.json() == {
+        "detail": "Permission denied: cannot grant audit.read, which this token lacks"
+    }
+    resp = await server.post(
+        "/api/admin/tokens",
+        {"name": "x", "permissions": ["queue.submit", "queue.admin"]},
+        headers=headers,
+    )
+    assert resp.status == 403
+    names = [t["name"] for t in (await server.ok("GET", "/api/admin/tokens"))["tokens"]]
+    assert "x" not in names
+    resp = await server.post(
+        "/api/admin/tokens", {"name": "ok", "permissions": ["queue.submit"]}, headers=headers
+    )
+    assert resp.status == 200
+
+
+async def test_token_without_admin_workers_cannot_manage_tokens(server: Any) -> None:
+    submitter = server.bearer(await server.api_token("queue.submit"))
+    for method, path in (
+        ("GET", "/api/admin/tokens"),
+        ("POST", "/api/admin/tokens"),
+        ("DELETE", "/api/admin/tokens/1"),
+    ):
+        resp = await server.client.request(
+            method, path, json={"name": "x", "permissions": ["queue.submit"]}, headers=submitter
+        )
+        assert resp.status == 403
+        assert await resp.json() == {"detail": "Permission denied: admin.workers"}
+    # The admin token (id 1) is still valid.
+    assert (await server.get("/api/admin/tokens")).status == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "x", "permissions": ["root"]},
+        {"name": "x", "permissions": []},
+        {"name": "x"},
+        {"permissions": ["queue.submit"]},
+        {"name": "x", "permissions": "queue.submit"},
+        {"name": "x", "permissions": ["queue.submit"], "expires": 1},
+    ],
+)
+async def test_api_token_bad_bodies_are_400(server: Any, body: dict[str, Any]) -> None:
+    resp = await server.post("/api/admin/tokens", body)
+    assert resp.status == 400
+    assert (await resp.json())["detail"]
+    assert (await server.ok("GET", "/api/admin/tokens"))["total"] == 1
