@@ -1,0 +1,84 @@
+"""`tunefleet tokens ...`: API tokens for people and scripts (``admin.workers``)."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import click
+
+from tunefleet.cli.client import ENV_TOKEN, Connection
+from tunefleet.cli.options import call, connection_options, json_option
+from tunefleet.cli.output import print_json, print_line, print_table, relative_time
+
+# The orchestrator's permissions (docs/api.md); the server checks them too.
+PERMISSIONS = ("admin.workers", "queue.submit", "queue.admin", "audit.read")
+
+
+@click.group("tokens")
+def tokens() -> None:
+    """Create, list and revoke API tokens."""
+
+
+@tokens.command("create")
+@click.argument("name")
+@click.option(
+    "--permission",
+    "-p",
+    "permissions",
+    multiple=True,
+    required=True,
+    type=click.Choice(PERMISSIONS),
+    help="What the token may do; repeatable. A token can grant only what it holds.",
+)
+@json_option
+@connection_options
+def create_token(conn: Connection, name: str, permissions: tuple[str, ...], as_json: bool) -> None:
+    """Create an API token and print it once (POST /api/admin/tokens)."""
+    body = {"name": name, "permissions": list(permissions)}
+    data = call(conn, lambda api: api.post("/api/admin/tokens", body))
+    if as_json:
+        print_json(data)
+        return
+    granted = ", ".join(data["permissions"])
+    click.echo(f"Created API token {data['name']} (id {data['id']}) with {granted}.")
+    click.echo("The token is shown only now; the orchestrator keeps just its hash:")
+    print_line(f"  {data['token']}")
+    click.echo("Use it with:")
+    print_line(f"  export {ENV_TOKEN}={data['token']}")
+
+
+@tokens.command("list")
+@json_option
+@connection_options
+def list_tokens(conn: Connection, as_json: bool) -> None:
+    """List API tokens, revoked ones too; never the tokens themselves."""
+    data = call(conn, lambda api: api.get("/api/admin/tokens"))
+    if as_json:
+        print_json(data)
+        return
+    rows = [
+        [
+            t["id"],
+            t["name"],
+            ", ".join(t["permissions"]),
+            relative_time(t.get("created_at")),
+            relative_time(t.get("last_used_at")) if t.get("last_used_at") else "never",
+            f"revoked {relative_time(t['revoked_at'])}" if t.get("revoked_at") else "active",
+        ]
+        for t in data["tokens"]
+    ]
+    columns = ["ID", "NAME", "PERMISSIONS", "CREATED", "LAST USED", "STATE"]
+    print_table(columns, rows, "No API tokens.", wrap=("PERMISSIONS",))
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+@json_option
+@connection_options
+def revoke_token(conn: Connection, token_id: str, as_json: bool) -> None:
+    """Revoke an API token at once (DELETE /api/admin/tokens/ID)."""
+    data = call(conn, lambda api: api.delete(f"/api/admin/tokens/{quote(token_id, safe='')}"))
+    if as_json:
+        print_json(data)
+        return
+    click.echo(f"Revoked API token {token_id}; requests with it now get HTTP 401.")
