@@ -15,6 +15,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_ops,
     routes_queue,
     routes_workers,
+    ui,
 )
 from tunefleet.http.auth import (
     AUTH_FAILURE_HOOK_KEY,
@@ -85,3 +86,4 @@ def build_routes(app: web.Application) -> None:
     app[keys.OPEN_STREAMS] = set()
     routes.add_to(app)
     app.router.add_get("/api/openapi.json", openapi_handler(routes, __version__))
+    ui.add_routes(app)

@@ -1,0 +1,73 @@
+// The public HTTP API with the session's bearer token. Errors carry the server's
+// one-line `detail`; a 401 signs the tab out, a 403 is remembered per permission.
+
+import { session } from './session.js';
+
+export class ApiError extends Error {
+  constructor(status, detail) {
+    super(detail);
+    this.status = status;
+    this.detail = detail;
+    const denied = status === 403 ? /^Permission denied: ([\w.]+)/.exec(detail) : null;
+    this.permission = denied ? denied[1] : null;
+  }
+}
+
+export const UNREACHABLE = 'cannot reach the orchestrator; is it running?';
+
+export async function errorFrom(response) {
+  let detail = `${response.status} ${response.statusText}`.trim();
+  try {
+    const body = await response.json();
+    if (body && typeof body.detail === 'string') detail = body.detail;
+  } catch {
+    // Not JSON (a proxy's error page): keep the status line.
+  }
+  return new ApiError(response.status, detail);
+}
+
+/**
+ * One API call. `token` overrides the session's (the sign-in check uses it), and
+ * `signOutOn401` is off there, since a wrong token is not an expired session.
+ */
+export async function request(method, path, { body, token = session.token, signOutOn401 = true } = {}) {
+  const headers = { Accept: 'application/json' };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const init = { method, headers, cache: 'no-store' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch {
+    throw new ApiError(0, UNREACHABLE);
+  }
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    if (error.status === 401 && signOutOn401) {
+      session.signOut('Your token is no longer accepted (revoked or rotated?). Sign in again.');
+    }
+    if (error.permission) session.deny(error.permission);
+    throw error;
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+export const get = (path) => request('GET', path);
+export const post = (path, body = {}) => request('POST', path, { body });
+export const del = (path) => request('DELETE', path);
+
+/** ?a=1&b=2 from an object, leaving out empty values. */
+export function query(params) {
+  const search = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) {
+    if (value === null || value === undefined || value === '') continue;
+    search.set(key, String(value));
+  }
+  const text = search.toString();
+  return text ? `?${text}` : '';
+}
+
+export const enc = encodeURIComponent;

@@ -1,0 +1,284 @@
+// One job: status, facts, timeline, progress with metric charts, and the live log tail.
+
+import { enc, get, post } from '../api.js';
+import { badge, bar, chips, debounce, h, perFrame, setBar } from '../dom.js';
+import { chartPanel } from '../chart.js';
+import { fleet } from '../fleet.js';
+import { ago, dateTime, duration, gb, metric, percentOf } from '../format.js';
+import { live } from '../live.js';
+import { MetricHistory } from '../metrics.js';
+import { confirmAction, toast } from '../ui.js';
+import { logPanel } from './job_logs.js';
+import { runSeconds, waitSeconds } from './queue.js';
+
+const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+const HIDDEN_PROGRESS = new Set(['step', 'total', 'percent']);
+
+function workerLabel(id) {
+  return id ? fleet.nameOf(id) : '—';
+}
+
+/** The timeline as people read it: each entry's title and the line under it. */
+export function describeEvent(entry) {
+  const worker = entry.worker_id ? fleet.nameOf(entry.worker_id) : null;
+  const attempt = entry.attempt ? `attempt ${entry.attempt}` : '';
+  const reason = entry.detail?.reason ?? null;
+  switch (entry.kind) {
+    case 'submitted':
+      return { title: 'Submitted', note: [entry.detail?.by && `by ${entry.detail.by}`, entry.detail?.target && `target ${entry.detail.target}`].filter(Boolean).join(', ') };
+    case 'dispatched':
+      return { title: `Dispatched to ${worker ?? 'a worker'}`, note: attempt };
+    case 'started':
+      return { title: `Running on ${worker ?? 'a worker'}`, note: attempt ? `${attempt} acknowledged` : '' };
+    case 'requeued':
+      return { title: `Requeued from ${worker ?? 'its worker'}`, note: reason ?? attempt, bad: true };
+    case 'completed':
+      return { title: 'Completed', note: worker ? `on ${worker}` : '' };
+    case 'failed':
+      return { title: 'Failed', note: reason ?? '', bad: true };
+    case 'cancelled':
+      return { title: 'Cancelled', note: reason ?? '' };
+    default:
+      return { title: entry.kind, note: reason ?? '' };
+  }
+}
+
+export function mount(main, { args }) {
+  const jobId = args[0];
+  let job = null;
+  const history = new MetricHistory();
+  const charts = new Map();
+
+  const title = h('h1', {}, jobId);
+  const statusHolder = h('span');
+  const subtitle = h('p', { class: 'subtitle mono' }, jobId);
+  const cancelButton = h('button', { class: 'btn danger', type: 'button', hidden: true }, 'Cancel job');
+  const facts = h('dl', { class: 'facts' });
+  const pctText = h('span', { class: 'pct', id: 'job-percent' }, '—');
+  const stepText = h('span', { class: 'muted' });
+  const bigBar = bar(0, { label: 'Job progress' });
+  const metricsNow = h('div', { class: 'metrics-now' });
+  const chartsBox = h('div', { class: 'charts', id: 'job-charts' });
+  const chartsNote = h('p', { class: 'muted' }, 'Metrics appear here as the trainer reports them.');
+  const timeline = h('ol', { class: 'timeline', id: 'job-timeline', 'aria-label': 'Timeline' });
+  const requirements = h('dl', { class: 'facts' });
+  const configBox = h('div', { class: 'card-body' });
+  const notice = h('div');
+
+  const logs = logPanel(jobId, {
+    onLine: (line) => {
+      if (history.addLogLine(line.line)) drawCharts();
+    },
+    onEnd: () => reloadSoon(),
+  });
+
+  main.append(
+    h('p', {}, h('a', { href: '#/queue' }, '← Queue')),
+    h('div', { class: 'page-head' },
+      h('div', {}, h('div', { class: 'job-head' }, title, statusHolder), subtitle),
+      h('div', { class: 'actions' }, cancelButton)),
+    notice,
+    h('section', { class: 'card', 'aria-label': 'Summary' }, facts),
+    h('div', { class: 'grid-main-side' },
+      h('div', { class: 'stack' },
+        h('section', { class: 'card', 'aria-labelledby': 'progress-title' },
+          h('div', { class: 'card-head' }, h('h2', { id: 'progress-title' }, 'Progress'), metricsNow),
+          h('div', { class: 'card-body stack' },
+            h('div', { class: 'big-progress' }, h('div', { class: 'meta' }, pctText, stepText), bigBar),
+            chartsNote, chartsBox)),
+        h('section', { class: 'card', 'aria-labelledby': 'log-title' }, logs.el)),
+      h('div', { class: 'stack' },
+        h('section', { class: 'card', 'aria-labelledby': 'timeline-title' },
+          h('div', { class: 'card-head' }, h('h2', { id: 'timeline-title' }, 'Timeline')),
+          h('div', { class: 'card-body' }, timeline)),
+        h('section', { class: 'card', 'aria-labelledby': 'req-title' },
+          h('div', { class: 'card-head' }, h('h2', { id: 'req-title' }, 'Requirements')), requirements),
+        h('section', { class: 'card', 'aria-label': 'Configuration' }, configBox))),
+  );
+
+  const fact = (label, value, extra = {}) => h('div', { class: 'fact' }, h('dt', {}, label), h('dd', extra, value));
+
+  function renderFacts() {
+    const now = Date.now();
+    facts.replaceChildren(
+      fact('Status', job.status),
+      fact('Worker', workerLabel(job.worker_id), { title: job.worker_id ?? '' }),
+      fact('Attempt', `${job.attempts} of ${job.max_retries + 1}`),
+      fact('Waited', duration(waitSeconds(job, now))),
+      fact('Run time', duration(runSeconds(job, now))),
+      fact('Submitted', ago(job.submitted_at, now), { title: dateTime(job.submitted_at) }),
+      fact('Priority', String(job.priority)),
+      fact('Target', job.target),
+    );
+  }
+
+  function renderHead() {
+    title.textContent = job.name || job.config_name || job.job_id;
+    document.title = `${title.textContent} · tunefleet`;
+    statusHolder.replaceChildren(badge(job.status));
+    subtitle.textContent = [job.job_id, job.config_name && `config ${job.config_name}`, job.submitted_by && `by ${job.submitted_by}`]
+      .filter(Boolean).join(' · ');
+    cancelButton.hidden = TERMINAL.has(job.status);
+    if (job.status === 'failed' && job.error) {
+      notice.replaceChildren(h('div', { class: 'callout danger', role: 'note' }, h('div', {}, h('strong', {}, 'Failed: '), job.error)));
+    } else if (job.status === 'pending' && job.wait_reason) {
+      notice.replaceChildren(h('div', { class: 'callout', role: 'note' }, h('div', {},
+        h('strong', {}, `Waiting${job.queue_position ? ` (#${job.queue_position} in the queue)` : ''}: `), job.wait_reason)));
+    } else {
+      notice.replaceChildren();
+    }
+  }
+
+  function renderProgress() {
+    const p = job.progress || {};
+    const pct = percentOf(p) ?? (job.status === 'completed' ? 100 : null);
+    pctText.textContent = pct === null ? '—' : `${pct.toFixed(pct < 10 && pct % 1 ? 1 : 0)}%`;
+    stepText.textContent = p.step !== undefined ? `step ${p.step}${p.total ? ` of ${p.total}` : ''}` : '';
+    bigBar.className = `bar ${job.status === 'completed' ? 'done' : job.status === 'failed' ? 'failed' : ''}`;
+    setBar(bigBar, pct ?? 0, `Job progress ${pct === null ? 'unknown' : `${pct.toFixed(0)}%`}`);
+    metricsNow.replaceChildren(...Object.entries(p)
+      .filter(([k, v]) => !HIDDEN_PROGRESS.has(k) && (typeof v === 'number' || typeof v === 'string'))
+      .slice(0, 8)
+      .map(([k, v]) => h('span', {}, `${k} `, h('b', {}, typeof v === 'number' ? metric(v) : v))));
+  }
+
+  const drawCharts = perFrame(() => {
+    const names = history.names();
+    chartsNote.hidden = names.length > 0;
+    for (const name of names) {
+      let panel = charts.get(name);
+      if (!panel) {
+        panel = chartPanel(name);
+        charts.set(name, panel);
+        chartsBox.append(panel.el);
+      }
+      panel.update(history.points(name));
+    }
+  });
+
+  function renderTimeline() {
+    const items = job.timeline.map((entry) => {
+      const { title: what, note, bad } = describeEvent(entry);
+      return h('li', {},
+        h('span', { class: `node ${entry.kind}`, 'aria-hidden': 'true' }),
+        h('div', { class: 'what' }, what),
+        h('div', { class: 'when', title: dateTime(entry.at) }, `${dateTime(entry.at)} · ${ago(entry.at)}`),
+        note ? h('div', { class: `why${bad ? ' bad' : ''}` }, note) : null);
+    });
+    if (job.status === 'pending') {
+      items.push(h('li', {}, h('span', { class: 'node waiting', 'aria-hidden': 'true' }),
+        h('div', { class: 'what' }, 'Waiting for a worker'),
+        job.wait_reason ? h('div', { class: 'why' }, job.wait_reason) : null));
+    }
+    timeline.replaceChildren(...items);
+  }
+
+  function renderRequirements() {
+    requirements.replaceChildren(
+      fact('GPUs', job.gpu_count ? String(job.gpu_count) : 'any'),
+      fact('Min VRAM', job.min_vram_gb ? `${gb(job.min_vram_gb)} per GPU` : '—'),
+      fact('GPU name', job.gpu_name || '—'),
+      fact('Retries', String(job.max_retries)),
+      fact('Timeout', job.timeout_minutes ? `${job.timeout_minutes} min` : 'none'),
+      h('div', { class: 'fact' }, h('dt', {}, 'Labels'), h('dd', {}, chips(job.worker_labels))),
+    );
+    const env = Object.keys(job.env || {});
+    configBox.replaceChildren(
+      h('details', { class: 'config' },
+        h('summary', {}, 'Command and configuration'),
+        h('p', { class: 'muted small' }, 'Command'),
+        h('pre', { class: 'codeblock' }, job.command ? job.command.join(' ') : "the worker's default command"),
+        env.length ? h('p', { class: 'muted small' }, `Environment: ${env.join(', ')} (values hidden)`) : null,
+        h('p', { class: 'muted small' }, 'Configuration'),
+        h('pre', { class: 'codeblock' }, JSON.stringify(job.config, null, 2)),
+        job.dataloader ? [h('p', { class: 'muted small' }, 'Data loader'), h('pre', { class: 'codeblock' }, JSON.stringify(job.dataloader, null, 2))] : null));
+  }
+
+  function renderAll() {
+    renderHead();
+    renderFacts();
+    renderProgress();
+    renderTimeline();
+    renderRequirements();
+  }
+
+  let loadSeq = 0;
+  async function reload() {
+    const seq = ++loadSeq;
+    try {
+      const data = await get(`/api/queue/${enc(jobId)}`);
+      if (seq !== loadSeq) return;
+      job = data;
+      history.addProgress(job.progress);
+      renderAll();
+      drawCharts();
+    } catch (error) {
+      if (seq !== loadSeq) return;
+      if (error.status === 404) {
+        notice.replaceChildren(h('div', { class: 'callout danger', role: 'alert' }, h('div', {}, h('strong', {}, 'Not found. '), `There is no job ${jobId}.`)));
+        logs.stop();
+      } else {
+        toast(error.detail, 'error');
+      }
+    }
+  }
+  const reloadSoon = debounce(reload, 250);
+
+  cancelButton.addEventListener('click', async () => {
+    const ok = await confirmAction({
+      title: `Cancel ${job.name || jobId}?`,
+      message: [job.status === 'pending'
+        ? 'The job leaves the queue and never runs.'
+        : 'The job is stopped: its trainer gets SIGTERM, then SIGKILL after a grace period.'],
+      confirmLabel: 'Cancel job',
+      danger: true,
+    });
+    if (!ok) return;
+    try {
+      await post(`/api/queue/${enc(jobId)}/cancel`, { reason: 'cancelled from the web UI' });
+      toast(`Job ${jobId} cancelled.`, 'success');
+      reload();
+    } catch (error) {
+      toast(error.detail, 'error');
+    }
+  });
+
+  const offs = [
+    live.on('resync', () => {
+      reloadSoon();
+      logs.nudge();
+    }),
+    live.on('job', (data) => {
+      if (data.job_id !== jobId || !job) return;
+      job.status = data.status ?? job.status;
+      if (data.worker_id !== undefined) job.worker_id = data.worker_id;
+      if (data.attempt !== undefined) job.attempts = data.attempt;
+      if (data.progress) job.progress = data.progress;
+      if (data.error !== undefined) job.error = data.error;
+      renderHead();
+      renderFacts();
+      renderProgress();
+      reloadSoon();
+    }),
+    live.on('job_progress', (data) => {
+      if (data.job_id !== jobId || !job) return;
+      job.progress = data.progress;
+      history.addProgress(data.progress);
+      renderProgress();
+      drawCharts();
+    }),
+    fleet.subscribe(() => job && (renderFacts(), renderTimeline())),
+  ];
+  const ticker = setInterval(() => job && renderFacts(), 1000);
+  reload();
+  logs.start();
+
+  return {
+    unmount() {
+      offs.forEach((off) => off());
+      clearInterval(ticker);
+      reloadSoon.cancel();
+      logs.stop();
+    },
+  };
+}
