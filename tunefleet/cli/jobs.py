@@ -1,0 +1,345 @@
+"""`tunefleet jobs ...`: submit, list, show, cancel, logs; ``--follow`` until the end.
+
+A follow exits with the job's outcome: 0 completed, 1 failed, 3 cancelled (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from tunefleet.cli.client import ApiClient, Connection
+from tunefleet.cli.follow import TERMINAL, follow_job, job_path, outcome_exit_code
+from tunefleet.cli.follow_view import LineReporter, LiveReporter, QuietReporter, final_line
+from tunefleet.cli.job_logs import logs
+from tunefleet.cli.local_config import LocalConfigError, resolve
+from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
+from tunefleet.cli.output import (
+    NONE,
+    console,
+    paging_footer,
+    pairs_text,
+    plain,
+    print_fields,
+    print_json,
+    print_table,
+    progress_text,
+    relative_time,
+    status_text,
+)
+
+JOB_STATUSES = ("pending", "dispatched", "running", "completed", "failed", "cancelled")
+TARGETS = ("worker", "local", "auto")
+
+follow_option = click.option(
+    "--follow", "-f", is_flag=True, help="Watch it until it ends; exit with its outcome."
+)
+logs_option = click.option(
+    "--logs", "show_logs", is_flag=True, help="Follow with the log tail too (implies --follow)."
+)
+
+
+@click.group("jobs")
+def jobs() -> None:
+    """Submit jobs, watch them, cancel them, read their logs."""
+
+
+jobs.add_command(logs)
+
+
+def _submit_body(
+    config: str,
+    name: str | None,
+    target: str | None,
+    labels: tuple[str, ...],
+    gpus: int | None,
+    min_vram: float | None,
+    gpu_name: str | None,
+    priority: int | None,
+    retries: int | None,
+    timeout: float | None,
+    env: tuple[str, ...],
+) -> dict[str, Any]:
+    try:
+        source = resolve(config)
+    except LocalConfigError as error:
+        raise click.BadParameter(str(error), param_hint="CONFIG") from error
+    body: dict[str, Any] = {
+        **source.body(),
+        "target": target,
+        "worker_labels": parse_pairs(labels, "--label") or None,
+        "gpu_count": gpus,
+        "min_vram_gb": min_vram,
+        "gpu_name": gpu_name,
+        "priority": priority,
+        "max_retries": retries,
+        "timeout_minutes": timeout,
+        "env": parse_pairs(env, "--env") or None,
+    }
+    if name is not None:
+        body["name"] = name
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _submitted_line(data: dict[str, Any]) -> str:
+    text = f"Submitted {data['job_id']}: {data.get('status') or 'pending'}"
+    if data.get("allocated_worker_id"):
+        text += f" to {data['allocated_worker_id']}"
+    if data.get("queue_position"):
+        text += f", position {data['queue_position']}"
+    if data.get("reason"):
+        text += f" ({data['reason']})"
+    return text
+
+
+def follow_and_exit(
+    conn: Connection,
+    *,
+    job_id: str | None = None,
+    submit: dict[str, Any] | None = None,
+    show_logs: bool = False,
+    as_json: bool = False,
+) -> None:
+    """Submit (if asked) and follow one job to its end; exits with its outcome code."""
+    out = console()
+    followed: dict[str, str] = {}
+
+    async def action(api: ApiClient) -> dict[str, Any]:
+        target = job_id
+        if submit is not None:
+            data = await api.post("/api/queue/submit", submit)
+            target = str(data["job_id"])
+            if not as_json:
+                click.echo(_submitted_line(data))
+        followed["job_id"] = str(target)
+        reporter: LiveReporter | LineReporter | QuietReporter
+        if as_json:
+            reporter = QuietReporter()
+        elif out.is_terminal:
+            reporter = LiveReporter(out)
+        else:
+            reporter = LineReporter(out, show_logs)
+        with reporter:
+            return await follow_job(api, str(target), reporter, show_logs)
+
+    def interrupted() -> str | None:
+        if "job_id" not in followed:
+            return None
+        jid = followed["job_id"]
+        return f"Stopped following {jid}; the job goes on. Cancel it: tunefleet jobs cancel {jid}"
+
+    detail = call(conn, action, interrupted=interrupted)
+    if as_json:
+        print_json(detail)
+    else:
+        click.echo(final_line(detail))
+    code = outcome_exit_code(detail["status"])
+    if code:
+        raise click.exceptions.Exit(int(code))
+
+
+@jobs.command("submit")
+@click.argument("config")
+@click.option("--name", help="A name for the job (default: the config's).")
+@click.option(
+    "--target",
+    type=click.Choice(TARGETS),
+    help="worker: remote workers only; local: the orchestrator's GPUs; auto (default).",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=GLOB",
+    help="Only workers whose label KEY matches GLOB (a100*); repeatable.",
+)
+@click.option("--gpus", type=click.IntRange(0, 1024), help="GPUs the job needs.")
+@click.option("--min-vram", type=click.FloatRange(min=0), metavar="GB", help="VRAM per GPU.")
+@click.option("--gpu-name", metavar="GLOB", help="GPU model, e.g. '*A100*'.")
+@click.option("--priority", type=click.IntRange(-100, 100), help="Higher goes first (default 0).")
+@click.option("--retries", type=click.IntRange(0, 20), help="Retries after a lost worker.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES", help="Run limit."
+)
+@click.option("--env", multiple=True, metavar="KEY=VALUE", help="Environment for the job.")
+@follow_option
+@logs_option
+@json_option
+@connection_options
+def submit(
+    conn: Connection,
+    config: str,
+    name: str | None,
+    target: str | None,
+    labels: tuple[str, ...],
+    gpus: int | None,
+    min_vram: float | None,
+    gpu_name: str | None,
+    priority: int | None,
+    retries: int | None,
+    timeout: float | None,
+    env: tuple[str, ...],
+    follow: bool,
+    show_logs: bool,
+    as_json: bool,
+) -> None:
+    """Submit CONFIG: a config name on the orchestrator, or a local .json/.toml/.yaml file
+    (or SimpleTuner config folder) sent inline (POST /api/queue/submit)."""
+    body = _submit_body(
+        config, name, target, labels, gpus, min_vram, gpu_name, priority, retries, timeout, env
+    )
+    if follow or show_logs:
+        follow_and_exit(conn, submit=body, show_logs=show_logs, as_json=as_json)
+        return
+    data = call(conn, lambda api: api.post("/api/queue/submit", body))
+    if as_json:
+        print_json(data)
+        return
+    click.echo(_submitted_line(data))
+    click.echo(f"Follow it with: tunefleet jobs show {data['job_id']} --follow")
+
+
+@jobs.command("list")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(JOB_STATUSES),
+    help="Only jobs in this state; repeatable.",
+)
+@click.option("--target", type=click.Choice(TARGETS))
+@click.option("--worker", "worker_id", metavar="WORKER_ID", help="Only this worker's jobs.")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option("--offset", type=click.IntRange(min=0), default=0)
+@json_option
+@connection_options
+def list_jobs(
+    conn: Connection,
+    statuses: tuple[str, ...],
+    target: str | None,
+    worker_id: str | None,
+    limit: int,
+    offset: int,
+    as_json: bool,
+) -> None:
+    """List jobs, newest first (GET /api/queue)."""
+    params = {
+        "status": ",".join(statuses) or None,
+        "target": target,
+        "worker_id": worker_id,
+        "limit": limit,
+        "offset": offset,
+    }
+    data = call(conn, lambda api: api.get("/api/queue", params))
+    if as_json:
+        print_json(data)
+        return
+    rows = [
+        [
+            j["job_id"],
+            j.get("name") or NONE,
+            status_text(j["status"]),
+            j.get("worker_id") or NONE,
+            progress_text(j.get("progress")),
+            plain(j.get("priority")),
+            relative_time(j.get("submitted_at")),
+        ]
+        for j in data["jobs"]
+    ]
+    columns = ["ID", "NAME", "STATUS", "WORKER", "PROGRESS", "PRI", "SUBMITTED"]
+    footer = paging_footer(len(rows), offset, data.get("total", len(rows)))
+    empty = "No jobs. Submit one with: tunefleet jobs submit CONFIG"
+    print_table(columns, rows, empty, footer, wrap=("NAME",))
+
+
+def _requirements(job: dict[str, Any]) -> str:
+    gpus = job.get("gpu_count") or 0
+    parts = [f"target {job.get('target')}", f"{gpus} GPU(s)" if gpus else "any worker"]
+    if job.get("min_vram_gb") is not None:
+        parts.append(f">= {plain(job['min_vram_gb'])} GB")
+    if job.get("gpu_name"):
+        parts.append(f"GPU {job['gpu_name']}")
+    if job.get("worker_labels"):
+        parts.append(f"labels {pairs_text(job['worker_labels'])}")
+    return ", ".join(parts)
+
+
+def _print_job(job: dict[str, Any]) -> None:
+    state = status_text(job["status"])
+    if job.get("queue_position"):
+        state.append(f", position {job['queue_position']}")
+    attempts = f"{job.get('attempts') or 0} of {(job.get('max_retries') or 0) + 1}"
+    print_fields(
+        [
+            ("ID", job["job_id"]),
+            ("Name", job.get("name") or NONE),
+            ("Config", job.get("config_name") or "(inline)"),
+            ("Status", state),
+            *([("Waiting because", job["wait_reason"])] if job.get("wait_reason") else []),
+            *([("Error", job["error"])] if job.get("error") else []),
+            ("Needs", _requirements(job)),
+            ("Worker", job.get("worker_id") or NONE),
+            ("Attempts", attempts),
+            ("Priority", plain(job.get("priority"))),
+            ("Progress", progress_text(job.get("progress"))),
+            ("Command", " ".join(job.get("command") or []) or NONE),
+            ("Submitted", f"{relative_time(job.get('submitted_at'))} by {job.get('submitted_by')}"),
+            ("Started", relative_time(job.get("started_at"))),
+            ("Finished", relative_time(job.get("finished_at"))),
+        ]
+    )
+    history = job.get("attempt_history") or []
+    if history:
+        click.echo()
+        print_table(
+            ["ATTEMPT", "WORKER", "DISPATCHED", "ENDED", "OUTCOME", "REASON"],
+            [
+                [
+                    str(a["number"]),
+                    a.get("worker_id") or NONE,
+                    relative_time(a.get("dispatched_at")),
+                    relative_time(a.get("ended_at")),
+                    a.get("outcome") or NONE,
+                    a.get("reason") or NONE,
+                ]
+                for a in history
+            ],
+            "",
+            wrap=("REASON",),
+        )
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@follow_option
+@logs_option
+@json_option
+@connection_options
+def show_job(conn: Connection, job_id: str, follow: bool, show_logs: bool, as_json: bool) -> None:
+    """Show one job with its attempts (GET /api/queue/ID); --follow watches it."""
+    if follow or show_logs:
+        follow_and_exit(conn, job_id=job_id, show_logs=show_logs, as_json=as_json)
+        return
+    job = call(conn, lambda api: api.get(job_path(job_id)))
+    if as_json:
+        print_json(job)
+    else:
+        _print_job(job)
+
+
+@jobs.command("cancel")
+@click.argument("job_id")
+@click.option("--reason", help="Why (kept in the audit log).")
+@json_option
+@connection_options
+def cancel_job(conn: Connection, job_id: str, reason: str | None, as_json: bool) -> None:
+    """Cancel a job: a pending one leaves the queue, a running one is stopped."""
+    body = {"reason": reason} if reason else {}
+    data = call(conn, lambda api: api.post(job_path(job_id, "/cancel"), body))
+    if as_json:
+        print_json(data)
+    elif data.get("status") in TERMINAL:
+        click.echo(f"Cancelled {job_id}.")
+    else:
+        click.echo(f"Cancelling {job_id}: its worker is stopping it.")
