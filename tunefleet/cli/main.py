@@ -5,8 +5,12 @@ from __future__ import annotations
 import click
 
 from tunefleet import __version__
+from tunefleet.cli.audit import audit
+from tunefleet.cli.jobs import jobs
 from tunefleet.cli.server import server
+from tunefleet.cli.tokens import tokens
 from tunefleet.cli.worker import worker
+from tunefleet.cli.workers import workers
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +21,11 @@ def cli() -> None:
 
 cli.add_command(server)
 cli.add_command(worker)
+# Client commands: they talk to an orchestrator over its public HTTP API (docs/cli.md).
+cli.add_command(workers)
+cli.add_command(jobs)
+cli.add_command(tokens)
+cli.add_command(audit)
 
 
 def main() -> None:

@@ -1,0 +1,87 @@
+"""`tunefleet tokens ...` and `tunefleet audit ...` against a real orchestrator."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from click.testing import Result
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+Invoke = Callable[..., Result]
+
+
+def test_create_prints_the_token_once_and_it_works(tf: Invoke) -> None:
+    result = tf("tokens", "create", "ci", "-p", "queue.submit", "-p", "audit.read")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Created API token ci (id ")
+    assert lines[0].endswith("with queue.submit, audit.read.")
+    token = lines[2].strip()
+    assert token.startswith("tf_")
+    assert lines[4].strip() == f"export TUNEFLEET_TOKEN={token}"
+    assert tf("audit", "verify", token=token).exit_code == 0
+
+
+def test_create_needs_a_known_permission(tf: Invoke) -> None:
+    result = tf("tokens", "create", "x", "--permission", "everything")
+    assert result.exit_code == 2
+    missing = tf("tokens", "create", "x")
+    assert missing.exit_code == 2 and "--permission" in missing.stderr
+
+
+def test_list_table_json_and_revoke(tf: Invoke) -> None:
+    created = json.loads(
+        tf("tokens", "create", "short-lived", "-p", "queue.submit", "--json").stdout
+    )
+    token_id, token = created["id"], created["token"]
+    assert created["created_at"].endswith("Z")
+
+    table = tf("tokens", "list")
+    assert table.exit_code == 0, table.output
+    assert table.stdout.splitlines()[0].split() == [
+        "ID", "NAME", "PERMISSIONS", "CREATED", "LAST", "USED", "STATE",
+    ]  # fmt: skip
+    row = next(line for line in table.stdout.splitlines() if "short-lived" in line)
+    assert row.split()[0] == token_id and "queue.submit" in row and row.rstrip().endswith("active")
+    listed = json.loads(tf("tokens", "list", "--json").stdout)
+    assert all("token" not in t for t in listed["tokens"])  # never the secret itself
+
+    revoked = tf("tokens", "revoke", token_id)
+    assert revoked.exit_code == 0, revoked.output
+    assert (
+        revoked.stdout.strip()
+        == f"Revoked API token {token_id}; requests with it now get HTTP 401."
+    )
+    assert tf("jobs", "list", token=token).exit_code == 4
+    after = next(line for line in tf("tokens", "list").stdout.splitlines() if "short-lived" in line)
+    assert "revoked just now" in after
+    again = tf("tokens", "revoke", token_id, "--json")
+    assert again.exit_code == 1 and "already revoked" in again.stderr
+
+
+def test_audit_list_table_json_and_filters(tf: Invoke) -> None:
+    made = json.loads(tf("workers", "create", "audited-1", "--json").stdout)
+    table = tf("audit", "list", "--kind", "worker.created", "--since", "1h")
+    assert table.exit_code == 0, table.output
+    assert table.stdout.splitlines()[0].split() == [
+        "ID", "WHEN", "KIND", "ACTOR", "TARGET", "OUTCOME", "DETAIL",
+    ]  # fmt: skip
+    row = next(line for line in table.stdout.splitlines() if made["worker_id"] in line)
+    assert "worker.created" in row and "just now" in row and "name=audited-1" in row
+    data = json.loads(tf("audit", "list", "--target", made["worker_id"], "--json").stdout)
+    assert [e["kind"] for e in data["events"]] == ["worker.created"]
+    assert data["events"][0]["at"].endswith("Z")
+    future = tf("audit", "list", "--since", "2999-01-01T00:00:00Z")
+    assert future.stdout.strip() == "No audit events match."
+    bad = tf("audit", "list", "--since", "yesterday-ish")
+    assert bad.exit_code == 1 and "since: " in bad.stderr  # the orchestrator's 400
+
+
+def test_audit_verify_table_and_json(tf: Invoke) -> None:
+    result = tf("audit", "verify")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "The audit chain is intact."
+    data = json.loads(tf("audit", "verify", "--json").stdout)
+    assert data["ok"] is True and data["first_bad_id"] is None

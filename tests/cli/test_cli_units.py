@@ -1,0 +1,314 @@
+"""The command line's pure parts: times, local configs, the follow panel and its state,
+the fall-back to polling, and how HTTP statuses become messages and exit codes."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tunefleet.agent.sse import SseEvent
+from tunefleet.cli import follow
+from tunefleet.cli.client import (
+    ApiRefused,
+    Connection,
+    ConnectionProblem,
+    ExitCode,
+    StreamFailed,
+    Unreachable,
+    _query,
+    status_error,
+)
+from tunefleet.cli.follow import JobWatch, RateMeter, follow_job, outcome_exit_code
+from tunefleet.cli.follow_view import LineReporter, final_line, render
+from tunefleet.cli.local_config import LocalConfigError, resolve
+from tunefleet.cli.output import duration, relative_time
+
+NOW = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("ago", "text"),
+    [
+        (timedelta(seconds=2), "just now"),
+        (timedelta(seconds=45), "45 s ago"),
+        (timedelta(minutes=2, seconds=10), "2 min ago"),
+        (timedelta(hours=3, minutes=5), "3 h ago"),
+        (timedelta(days=4, hours=1), "4 d ago"),
+        (timedelta(minutes=-2), "in 2 min"),
+    ],
+)
+def test_relative_time(ago: timedelta, text: str) -> None:
+    moment = (NOW - ago).isoformat().replace("+00:00", "Z")
+    assert relative_time(moment, now=NOW) == text
+
+
+def test_relative_time_of_nothing_or_garbage_is_a_dash() -> None:
+    assert relative_time(None, now=NOW) == "-"
+    assert relative_time("not a time", now=NOW) == "-"
+
+
+def test_duration() -> None:
+    assert duration(3.25) == "3.2 s"
+    assert duration(42) == "42 s"
+    assert duration(185) == "3 min 5 s"
+    assert duration(7_800) == "2 h 10 min"
+    assert duration(7_800, coarse=True) == "2 h"
+    assert duration(float("inf")) == "-"
+
+
+# --- local configs --------------------------------------------------------------------
+
+
+def test_a_name_that_is_no_local_path_is_sent_by_name(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve("team/exp-1.2").body() == {"config_name": "team/exp-1.2"}
+
+
+def test_local_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(LocalConfigError, match="no such file"):
+        resolve(str(tmp_path / "missing.json"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LocalConfigError, match=r"folder without config\.json"):
+        resolve(str(tmp_path / "empty"))
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n- 2\n")
+    with pytest.raises(LocalConfigError, match="must be a mapping"):
+        resolve(str(listing))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(LocalConfigError, match="invalid JSON"):
+        resolve(str(broken))
+
+
+# --- the follow panel -----------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_rate_meter_rate_eta_and_restart() -> None:
+    clock = FakeClock()
+    meter = RateMeter(window_s=30.0, clock=clock)
+    assert meter.rate() is None
+    meter.add(10)
+    clock.now += 2.0
+    meter.add(20)
+    assert meter.rate() == 5.0
+    assert meter.eta_s(20, 120) == 20.0
+    meter.add(3)  # a retry starts from an earlier step
+    assert meter.rate() is None
+
+
+def _running_watch() -> JobWatch:
+    clock = FakeClock()
+    watch = JobWatch("j_1", rate=RateMeter(clock=clock))
+    watch.apply_detail(
+        {"status": "running", "name": "tiny", "worker_id": "w_9", "attempts": 2, "max_retries": 3,
+         "progress": {"step": 10, "total": 40, "loss": 0.5}}
+    )  # fmt: skip
+    clock.now += 2.0
+    watch.apply_event("job_progress", {"job_id": "j_1", "progress": {"step": 14, "total": 40,
+                                                                     "loss": 0.25}})  # fmt: skip
+    watch.log_tail.extend(["step 13/40 loss 0.3", "step 14/40 loss 0.25"])
+    return watch
+
+
+def test_render_shows_state_worker_attempt_bar_rate_eta_and_log_tail() -> None:
+    out = Console(record=True, width=120, force_terminal=True)
+    out.print(render(_running_watch()))
+    text = out.export_text()
+    assert "j_1  tiny  running on w_9, attempt 2 of 4" in text
+    assert "step 14/40 (35%), loss 0.25, 2 steps/s, ETA 13 s" in text
+    assert "━" in text  # the bar
+    assert text.rstrip().endswith("step 14/40 loss 0.25")
+
+
+def test_render_pending_says_why_it_waits() -> None:
+    watch = JobWatch("j_2")
+    watch.apply_detail({"status": "pending", "queue_position": 3, "wait_reason": "no worker"})
+    out = Console(record=True, width=120)
+    out.print(render(watch))
+    assert "j_2  pending, position 3: no worker" in out.export_text()
+
+
+def test_line_reporter_prints_changes_and_progress_every_ten_percent() -> None:
+    buffer = io.StringIO()
+    reporter = LineReporter(Console(file=buffer, width=200), show_logs=True)
+    watch = JobWatch("j_3")
+    for step in (0, 1, 2, 2, 5, 5.5, 6, 10):  # 2 and 5.5 add no new tenth
+        watch.apply_detail({"status": "running", "worker_id": "w_1", "attempts": 1,
+                            "progress": {"step": step, "total": 10}})  # fmt: skip
+        reporter.update(watch)
+    reporter.log_line(watch, {"line": "hello [bold]x[/bold]"})
+    lines = buffer.getvalue().splitlines()
+    assert lines[0] == "j_3 running on w_1, attempt 1"
+    assert [line.split()[2] for line in lines[1:-1]] == [
+        "0/10",
+        "1/10",
+        "2/10",
+        "5/10",
+        "6/10",
+        "10/10",
+    ]
+    assert lines[-1] == "hello [bold]x[/bold]"  # log lines are never read as markup
+
+
+def test_final_lines() -> None:
+    base = {"job_id": "j_4", "worker_id": "w_1", "started_at": "2024-01-15T10:30:00Z",
+            "finished_at": "2024-01-15T10:31:05Z", "attempts": 2}  # fmt: skip
+    done = final_line({**base, "status": "completed", "progress": {"step": 9, "total": 9,
+                                                                  "loss": 0.01}})  # fmt: skip
+    assert done == "j_4 completed on w_1 in 1 min 5 s: step 9/9, loss 0.01"
+    failed = final_line({**base, "status": "failed", "error": "exit code 3"})
+    assert failed == "j_4 failed on w_1 after 2 attempt(s): exit code 3"
+    assert final_line({**base, "status": "cancelled", "error": None}) == (
+        "j_4 cancelled on w_1: by request"
+    )
+
+
+def test_outcome_exit_codes() -> None:
+    assert outcome_exit_code("completed") == ExitCode.OK == 0
+    assert outcome_exit_code("failed") == ExitCode.FAILED == 1
+    assert outcome_exit_code("cancelled") == ExitCode.CANCELLED == 3
+
+
+# --- following without a live feed -----------------------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.states: list[str] = []
+        self.notes: list[str] = []
+
+    def update(self, watch: JobWatch) -> None:
+        self.states.append(watch.status)
+        if watch.note:
+            self.notes.append(watch.note)
+
+    def log_line(self, watch: JobWatch, line: dict[str, Any]) -> None:
+        return None
+
+
+class FakeApi:
+    """GET answers from a script; the event stream fails to open, or replays events."""
+
+    def __init__(self, details: list[Any], events: list[SseEvent] | None = None) -> None:
+        self.details = details
+        self.events = events
+        self.gets = 0
+
+    async def get(self, path: str, params: Any = None) -> Any:
+        answer = self.details[min(self.gets, len(self.details) - 1)]
+        self.gets += 1
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    @asynccontextmanager
+    async def stream(self, path: str, params: Any = None, read_timeout_s: float = 0) -> Any:
+        if self.events is None:
+            raise StreamFailed("no feed here")
+
+        async def replay() -> AsyncIterator[SseEvent]:
+            for event in self.events or []:
+                yield event
+
+        yield replay()
+
+
+@pytest.fixture
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(follow, "POLL_INTERVAL_S", 0.001)
+    yield
+
+
+def _job(status: str, **extra: Any) -> dict[str, Any]:
+    return {"job_id": "j_5", "status": status, **extra}
+
+
+async def test_without_the_event_feed_it_polls_until_the_end(fast_polls: None) -> None:
+    api = FakeApi([_job("pending"), _job("running"), _job("running"), _job("completed")])
+    recorder = Recorder()
+    final = await follow_job(api, "j_5", recorder, logs=False)  # type: ignore[arg-type]
+    assert final["status"] == "completed"
+    assert recorder.states[-1] == "completed" and "running" in recorder.states
+    assert "polling every" in recorder.notes[0] and "no feed here" in recorder.notes[0]
+
+
+async def test_polling_rides_out_a_short_outage(fast_polls: None) -> None:
+    lost = Unreachable("connection refused")
+    api = FakeApi([_job("running"), lost, lost, _job("cancelled"), _job("cancelled")])
+    recorder = Recorder()
+    final = await follow_job(api, "j_5", recorder, logs=False)  # type: ignore[arg-type]
+    assert final["status"] == "cancelled"
+    assert any(note.startswith("retrying: connection refused") for note in recorder.notes)
+
+
+async def test_polling_gives_up_after_the_reconnect_window(
+    fast_polls: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(follow, "RECONNECT_WINDOW_S", 0.0)
+    api = FakeApi([_job("running"), Unreachable("gone")])
+    with pytest.raises(Unreachable, match="gone"):
+        await follow_job(api, "j_5", Recorder(), logs=False)  # type: ignore[arg-type]
+
+
+async def test_events_for_other_jobs_are_ignored() -> None:
+    events = [
+        SseEvent(None, "hello", '{"type": "hello"}'),
+        SseEvent("1", "job", '{"job_id": "j_other", "status": "failed"}'),
+        SseEvent("2", "job_progress", '{"job_id": "j_5", "progress": {"step": 3, "total": 9}}'),
+        SseEvent("3", "worker", '{"worker": {}}'),
+        SseEvent("4", "job", '{"job_id": "j_5", "status": "completed", "worker_id": "w_1"}'),
+    ]
+    api = FakeApi([_job("running"), _job("running"), _job("completed")], events)
+    recorder = Recorder()
+    final = await follow_job(api, "j_5", recorder, logs=False)  # type: ignore[arg-type]
+    assert final["status"] == "completed"
+    assert "failed" not in recorder.states
+    assert recorder.notes == []  # the feed worked: no polling
+
+
+async def test_a_feed_that_closes_early_falls_back_to_polling(fast_polls: None) -> None:
+    events = [SseEvent(None, "hello", "{}")]
+    api = FakeApi([_job("running"), _job("running"), _job("completed")], events)
+    recorder = Recorder()
+    final = await follow_job(api, "j_5", recorder, logs=False)  # type: ignore[arg-type]
+    assert final["status"] == "completed"
+    assert "closed the event stream" in recorder.notes[0]
+
+
+# --- statuses as messages ----------------------------------------------------------------
+
+
+def test_status_errors_become_messages_and_exit_codes() -> None:
+    anonymous, with_token = Connection(), Connection(token="tf_x")
+    assert "No API token" in str(status_error(anonymous, 401, "Missing"))
+    assert "rejected the API token (HTTP 401)" in str(status_error(with_token, 401, "Missing"))
+    denied = status_error(with_token, 403, "Permission denied: queue.admin (another's job)")
+    assert isinstance(denied, ConnectionProblem) and denied.exit_code == ExitCode.CONNECTION
+    assert "--permission queue.admin" in str(denied)
+    starting = status_error(with_token, 503, "starting")
+    assert isinstance(starting, Unreachable) and starting.exit_code == 4
+    missing = status_error(with_token, 404, "Job not found: j_1")
+    assert isinstance(missing, ApiRefused) and missing.exit_code == ExitCode.FAILED
+    assert str(missing) == "Job not found: j_1 (HTTP 404)"
+
+
+def test_query_drops_unset_values_and_repeats_lists() -> None:
+    assert _query({"a": None, "b": True, "c": [1, None, "x"], "d": 0}) == [
+        ("b", "true"), ("c", "1"), ("c", "x"), ("d", "0"),
+    ]  # fmt: skip
+    assert _query(None) is None

@@ -1,0 +1,144 @@
+"""`tunefleet workers ...` against a real orchestrator (and a real agent for drain)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+from tests.e2e.harness import Agent, ApiError, Orchestrator
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+Invoke = Callable[..., Result]
+
+
+def _create(tf: Invoke, name: str, *extra: str) -> dict[str, str]:
+    result = tf("workers", "create", name, *extra, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_create_prints_the_token_once_with_the_exact_worker_command(
+    tf: Invoke, orchestrator: Orchestrator
+) -> None:
+    result = tf("workers", "create", "gpu-box-1", "--label", "gpu_type=a100", "--label", "dc=a")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Created persistent worker gpu-box-1 (w_")
+    token = lines[2].strip()
+    assert token.startswith("wt_")
+    command = shlex.split(lines[4])
+    assert command[:2] == ["tunefleet", "worker"]
+    assert command[command.index("--worker-token") + 1] == token
+    assert command[command.index("--orchestrator-url") + 1] == orchestrator.url
+    assert command[command.index("--name") + 1] == "gpu-box-1"
+    assert "--persistent" in command
+    worker_id = lines[0].split("(")[1].rstrip(").")
+    assert orchestrator.worker(worker_id)["labels"] == {"gpu_type": "a100", "dc": "a"}
+
+
+def test_create_ephemeral_json_has_the_token_and_environment(tf: Invoke) -> None:
+    data = _create(tf, "spot-1", "--ephemeral")
+    assert data["worker_type"] == "ephemeral"
+    assert data["token"].startswith("wt_")
+    assert "--persistent" not in data["connection_command"]
+    assert data["environment"]["SIMPLETUNER_WORKER_TOKEN"] == data["token"]
+
+
+def test_list_table_and_json(tf: Invoke) -> None:
+    created = _create(tf, "listed-1", "--label", "team=nlp")
+    table = tf("workers", "list")
+    assert table.exit_code == 0, table.output
+    header = table.stdout.splitlines()[0].split()
+    assert header == ["ID", "NAME", "STATUS", "TYPE", "GPUS", "LABELS", "JOB", "LAST", "SEEN"]
+    row = next(line for line in table.stdout.splitlines() if created["worker_id"] in line)
+    assert "listed-1" in row and "connecting" in row and "team=nlp" in row
+    as_json = tf("workers", "list", "--json", "--status", "connecting")
+    data = json.loads(as_json.stdout)
+    mine = next(w for w in data["workers"] if w["id"] == created["worker_id"])
+    assert mine["created_at"].endswith("Z")  # ISO 8601 in JSON, relative only in tables
+    assert all(w["status"] == "connecting" for w in data["workers"])
+
+
+def test_show_table_and_json(tf: Invoke) -> None:
+    created = _create(tf, "shown-1")
+    table = tf("workers", "show", created["worker_id"])
+    assert table.exit_code == 0, table.output
+    fields = dict(line.split(None, 1) for line in table.stdout.splitlines() if " " in line)
+    assert fields["Name"].strip() == "shown-1"
+    assert fields["Status"].strip() == "connecting"
+    assert table.stdout.count("just now") >= 1
+    data = json.loads(tf("workers", "show", created["worker_id"], "--json").stdout)
+    assert data["worker_id"] == created["worker_id"]
+
+
+def test_show_unknown_worker_exits_1_with_the_detail(tf: Invoke) -> None:
+    result = tf("workers", "show", "w_nope")
+    assert result.exit_code == 1
+    assert "Worker not found" in result.stderr or "w_nope" in result.stderr
+    assert "(HTTP 404)" in result.stderr
+
+
+@pytest.fixture
+def second_agent(
+    orchestrator: Orchestrator, cli_root: Path, tf: Invoke
+) -> Iterator[tuple[Agent, str]]:
+    created = _create(tf, "drainable", "--label", "pool=other")
+    agent = Agent(
+        orchestrator.url, created["token"], cli_root / "work-drain", "drainable", persistent=True
+    ).start()
+    orchestrator.wait_worker(created["worker_id"], "idle")
+    yield agent, created["worker_id"]
+    agent.stop()
+
+
+def test_drain_resume_rotate_and_delete_a_live_worker(
+    tf: Invoke, orchestrator: Orchestrator, second_agent: tuple[Agent, str]
+) -> None:
+    agent, worker_id = second_agent
+    drained = tf("workers", "drain", worker_id)
+    assert drained.exit_code == 0, drained.output
+    assert f"Draining {worker_id} (now draining)" in drained.stdout
+    assert orchestrator.worker(worker_id)["status"] == "draining"
+
+    resumed = tf("workers", "resume", worker_id, "--json")
+    assert json.loads(resumed.stdout) == {"success": True, "worker_id": worker_id, "status": "idle"}
+    again = tf("workers", "resume", worker_id)
+    assert again.exit_code == 1  # 409: not draining
+    assert "HTTP 409" in again.stderr
+
+    refused = tf("workers", "delete", worker_id, "--yes")
+    assert refused.exit_code == 1
+    assert "drain it first" in refused.stderr or "offline" in refused.stderr
+
+    rotated = tf("workers", "rotate-token", worker_id)
+    assert rotated.exit_code == 0, rotated.output
+    assert rotated.stdout.startswith(f"New token for {worker_id}; the old one no longer works.")
+    new_token = rotated.stdout.splitlines()[2].strip()
+    assert new_token.startswith("wt_") and new_token in rotated.stdout.splitlines()[4]
+
+    agent.stop()  # its token is gone anyway; the worker goes offline
+    orchestrator.wait_worker(worker_id, "offline")
+    declined = tf("workers", "delete", worker_id, input="n\n")
+    assert declined.exit_code == 1
+    assert f"Delete worker {worker_id} (drainable, offline)?" in declined.stdout
+    assert orchestrator.worker(worker_id)["status"] == "offline"  # still there
+
+    confirmed = tf("workers", "delete", worker_id, input="y\n")
+    assert confirmed.exit_code == 0, confirmed.output
+    assert f"Deleted worker {worker_id}." in confirmed.stdout
+    with pytest.raises(ApiError) as gone:
+        orchestrator.worker(worker_id)
+    assert gone.value.status == 404
+
+
+def test_delete_force_json_without_prompt(tf: Invoke, orchestrator: Orchestrator) -> None:
+    created = _create(tf, "forced-1")
+    result = tf("workers", "delete", created["worker_id"], "--force", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["worker_id"] == created["worker_id"]
+    assert "Delete worker" not in result.stdout  # --yes: no question asked
