@@ -320,14 +320,15 @@ class Fleet:
             "error": None,
         }
 
-    async def cancel(self, job_id: str, actor: str) -> dict[str, Any]:
+    async def cancel(self, job_id: str, actor: str, reason: str | None = None) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
         if job is None:
             row = await self.ctx.persistence.job_summary(job_id)
             if row is None:
                 raise NotFound(f"Job not found: {job_id}")
             raise Conflict(f"job {job_id} is already {row[0]}; nothing to cancel")
-        return cast(dict[str, Any], await job.ask(m.CancelJob(f"cancelled by {actor}", actor)))
+        why = f"cancelled by {actor}" + (f": {reason}" if reason else "")
+        return cast(dict[str, Any], await job.ask(m.CancelJob(why, actor)))
 
     async def position(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)

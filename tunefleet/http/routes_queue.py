@@ -184,7 +184,7 @@ async def get_job(request: web.Request) -> web.StreamResponse:
     errors={**_JOB_NOT_FOUND, 403: "Cancelling another's job needs queue.admin", 409: "Ended"},
 )
 async def cancel_job(request: web.Request) -> web.StreamResponse:
-    await parse_body(request, CancelJobRequest)
+    body = await parse_body(request, CancelJobRequest)
     job_id = request.match_info["job_id"]
     row = await request.app[keys.STORE].get_job(job_id)
     if row is None:
@@ -192,7 +192,7 @@ async def cancel_job(request: web.Request) -> web.StreamResponse:
     actor = actor_name(request)
     if row.submitted_by != actor and not principal_of(request).has(QUEUE_ADMIN):
         raise ApiError(403, f"Permission denied: {QUEUE_ADMIN} (the job was submitted by another)")
-    return web.json_response(await fleet_of(request).cancel(job_id, actor))
+    return web.json_response(await fleet_of(request).cancel(job_id, actor, body.reason))
 
 
 @routes.route(
