@@ -26,6 +26,7 @@ from tunefleet.audit import AuditLog
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys
 from tunefleet.http.bootstrap import ensure_admin_token, startup_banner
+from tunefleet.http.errors import request_id_on_prepare
 from tunefleet.http.metrics import Metrics
 from tunefleet.http.routes import build_routes, middlewares
 from tunefleet.http.tls import ensure_self_signed, fingerprint, server_ssl_context
@@ -86,6 +87,7 @@ def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Applica
     app.cleanup_ctx.append(_storage)
     app.cleanup_ctx.append(_fleet)
     app.on_shutdown.append(_close_streams)
+    app.on_response_prepare.append(request_id_on_prepare)
     build_routes(app)
     return app
 

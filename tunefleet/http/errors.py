@@ -130,6 +130,15 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
+async def request_id_on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` hook: a response its handler writes itself (an SSE stream, a
+    reply sent before the handler returns) is on the wire before ``error_middleware`` sees
+    it, so the id goes on here, as the headers are sent."""
+    rid = request.get(REQUEST_ID_KEY)
+    if rid is not None and REQUEST_ID_HEADER not in response.headers:
+        response.headers[REQUEST_ID_HEADER] = rid
+
+
 def _domain_error_response(request: web.Request, error: TunefleetError, rid: str) -> web.Response:
     status = getattr(error, "status", 500)
     if not isinstance(status, int) or not (400 <= status < 500 or status in (502, 503, 504)):
