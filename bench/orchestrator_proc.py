@@ -1,0 +1,197 @@
+"""A real orchestrator process for the benchmarks, and what it costs (from /proc).
+
+The server runs exactly as an operator starts it (``python -m tunefleet server``), with
+the open-file limit raised to its hard limit so ten thousand streams fit. PostgreSQL
+runs get a fresh schema of their own through libpq's ``options``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ADMIN_TOKEN = "tf_bench-admin-token-not-a-secret-0123456789abcdef"
+PG_DSN = {"host": "127.0.0.1", "port": 5432, "dbname": "test", "user": "postgres"}
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit; the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (DB thread included)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def proc_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * _PAGE
+
+
+@dataclass
+class ProcSample:
+    """CPU and wall time at one instant; subtract two to get a phase's use."""
+
+    pid: int
+    wall: float = field(default_factory=time.monotonic)
+    cpu: float = 0.0
+
+    @classmethod
+    def take(cls, pid: int) -> ProcSample:
+        return cls(pid, time.monotonic(), proc_cpu_s(pid))
+
+    def cpu_since(self, earlier: ProcSample) -> tuple[float, float]:
+        """(CPU seconds, CPU share of one core) between two samples."""
+        cpu = self.cpu - earlier.cpu
+        wall = max(1e-9, self.wall - earlier.wall)
+        return cpu, cpu / wall
+
+
+@dataclass
+class Orchestrator:
+    data_dir: Path
+    database_url: str | None = None
+    port: int = field(default_factory=free_port)
+    heartbeat_timeout_s: float = 120.0
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0  # time.time() at spawn
+    ready_at: float = 0.0  # time.time() when /readyz first said ready
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise RuntimeError("the orchestrator is not running")
+        return self.process.pid
+
+    def start(self, timeout_s: float = 60.0) -> Orchestrator:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            sys.executable,
+            "-m",
+            "tunefleet",
+            "server",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--configs-dir",
+            str(self.data_dir / "configs"),
+            "--heartbeat-timeout",
+            str(self.heartbeat_timeout_s),
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--no-local-runner",
+            *self.extra_args,
+        ]
+        if self.database_url:
+            args += ["--database-url", self.database_url]
+        log = (self.data_dir / "server.log").open("ab")
+        self.started_at = time.time()
+        self.process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_open_file_limit
+        )
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"orchestrator exited at start: {self.log_tail()}")
+            if self._ready():
+                self.ready_at = time.time()
+                return self
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"orchestrator not ready within {timeout_s:g} s: {self.log_tail()}")
+
+    def _ready(self) -> bool:
+        url = f"http://127.0.0.1:{self.port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(json.loads(resp.read()).get("status") == "ready")
+        except (OSError, urllib.error.URLError, ValueError):
+            return False
+
+    def sample(self) -> ProcSample:
+        return ProcSample.take(self.pid)
+
+    def rss_bytes(self) -> int:
+        return proc_rss_bytes(self.pid)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing flushed beyond what was committed."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, n_chars: int = 3000) -> str:
+        path = self.data_dir / "server.log"
+        return path.read_text(errors="replace")[-n_chars:] if path.exists() else ""
+
+
+def postgres_available() -> bool:
+    try:
+        import psycopg2  # type: ignore[import-untyped]
+    except ImportError:
+        return False
+    try:
+        psycopg2.connect(connect_timeout=2, **PG_DSN).close()
+    except psycopg2.Error:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A fresh schema for one run; the database URL that selects it. Dropped afterwards."""
+    import psycopg2
+
+    schema = f"bench_{secrets.token_hex(4)}"
+    conn = psycopg2.connect(**PG_DSN)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE SCHEMA "{schema}"')
+        # libpq options, URL-encoded: "-csearch_path=<schema>"
+        yield (
+            f"postgresql://{PG_DSN['user']}@{PG_DSN['host']}:{PG_DSN['port']}/{PG_DSN['dbname']}"
+            f"?options=-csearch_path%3D{schema}"
+        )
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        conn.close()

@@ -1,0 +1,104 @@
+"""The benchmarks' load generator speaks the real protocol: against a real orchestrator
+process, three simulated workers register, hold their streams, heartbeat, and take,
+acknowledge and complete jobs. Plus its wire-level parsers, in pieces."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.fleet_common import percentile  # noqa: E402
+from bench.loadgen import LoadGenError, LoadGenProcess  # noqa: E402
+from bench.loadgen_http import ChunkDecoder, HttpError, build_request, parse_head  # noqa: E402
+from bench.orchestrator_proc import Orchestrator  # noqa: E402
+
+
+@pytest.fixture
+def generator(tmp_path: Path) -> Iterator[tuple[Orchestrator, LoadGenProcess]]:
+    server = Orchestrator(tmp_path / "server").start(timeout_s=30)
+    gen = LoadGenProcess(server.port, server.pid, tmp_path / "loadgen.log", pool=4).start()
+    try:
+        yield server, gen
+    finally:
+        gen.close()
+        server.stop()
+
+
+@pytest.mark.e2e
+def test_three_workers_take_jobs_and_heartbeat_over_the_real_protocol(
+    generator: tuple[Orchestrator, LoadGenProcess],
+) -> None:
+    server, gen = generator
+    # A failing command is raised in the parent, and the process goes on answering.
+    with pytest.raises(LoadGenError, match="no registered workers"):
+        gen.call("heartbeats", duration_s=0.1, concurrency=1, timeout_s=20)
+    with pytest.raises(LoadGenError, match="on_job must be"):
+        gen.call("set_mode", on_job="sometimes")
+
+    assert gen.call("create_workers", count=3, timeout_s=20)["result"]["workers"] == 3
+    gen.call("register", timeout_s=20)
+    assert gen.call("open_streams", timeout_s=20)["result"]["streams"] == 3
+    gen.call("set_mode", on_job="complete")
+
+    reply = gen.call("dispatch", samples=3, gap_s=0.05, timeout_s=30)
+    latencies = reply["result"]["latencies_ms"]
+    assert len(latencies) == 3 and all(0 < ms < 10_000 for ms in latencies)
+    # The CPU of both processes is measured around every command.
+    assert reply["server_cpu_s"] > 0 and reply["server_rss"] > 0
+    assert reply["loadgen_cpu_s"] > 0
+
+    beats = gen.call("heartbeats", duration_s=0.3, concurrency=2, timeout_s=20)["result"]
+    assert beats["done"] > 0 and set(beats["statuses"]) == {"200"}
+
+    status = gen.call("status")["result"]
+    assert status["streams"] == 3 and status["errors"] == {}
+    # The orchestrator saw what the load generator did: three jobs completed.
+    jobs = server_jobs(server)
+    assert [job["status"] for job in jobs] == ["completed"] * 3
+
+
+def server_jobs(server: Orchestrator) -> list[dict[str, object]]:
+    import json
+    import urllib.request
+
+    from bench.orchestrator_proc import ADMIN_TOKEN
+
+    req = urllib.request.Request(f"http://127.0.0.1:{server.port}/api/queue")
+    req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return list(json.loads(resp.read())["jobs"])
+
+
+def test_chunk_decoder_handles_any_split() -> None:
+    body = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\n\r\n"
+    for cut in range(1, len(body)):
+        decoder = ChunkDecoder()
+        out = decoder.feed(body[:cut]) + decoder.feed(body[cut:])
+        assert out == b"hello world!" and decoder.done, cut
+
+
+def test_parse_head_reads_status_and_headers_and_refuses_garbage() -> None:
+    status, headers = parse_head(b"HTTP/1.1 409 Conflict\r\nContent-Length: 12\r\nX-A: b")
+    assert status == 409 and headers == {"content-length": "12", "x-a": "b"}
+    with pytest.raises(HttpError, match="not an HTTP"):
+        parse_head(b"SSH-2.0-OpenSSH")
+
+
+def test_build_request_frames_a_json_body() -> None:
+    raw = build_request("POST", "/x", "h:1", {"a": 1}, {"X-Worker-Token": "t"})
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert body == b'{"a":1}'
+    assert b"Content-Length: 7" in head and b"X-Worker-Token: t" in head
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50 and percentile(values, 99) == 99
+    assert percentile(values, 100) == 100 and percentile([7.0], 99) == 7.0
