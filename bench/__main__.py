@@ -26,6 +26,13 @@ import structlog
 BENCHMARKS: tuple[str, ...] = (
     "actor_cost",
     "scheduler_plan",
+    "domain_actor_cost",
+    "dispatch_latency",
+    "throughput",
+    "fleet_size",
+    "heartbeat_ingestion",
+    "failure_detection",
+    "restart",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
