@@ -79,6 +79,15 @@ def test_audit_list_table_json_and_filters(tf: Invoke) -> None:
     assert bad.exit_code == 1 and "since: " in bad.stderr  # the orchestrator's 400
 
 
+def test_audit_list_pages_and_shows_lists_plainly(tf: Invoke) -> None:
+    tf("tokens", "create", "audited-token", "-p", "queue.submit", "-p", "audit.read")
+    table = tf("audit", "list", "--kind", "api_token.created")
+    row = next(line for line in table.stdout.splitlines() if "name=audited-token" in line)
+    assert "permissions=queue.submit,audit.read" in row
+    first_page = tf("audit", "list", "--limit", "1")
+    assert first_page.stdout.splitlines()[-1] == "older events: --offset 1"
+
+
 def test_audit_verify_table_and_json(tf: Invoke) -> None:
     result = tf("audit", "verify")
     assert result.exit_code == 0, result.output

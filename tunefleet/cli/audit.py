@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -10,7 +11,7 @@ import click
 
 from tunefleet.cli.client import Connection, ExitCode
 from tunefleet.cli.options import call, connection_options, json_option
-from tunefleet.cli.output import NONE, paging_footer, print_json, print_table, relative_time
+from tunefleet.cli.output import NONE, print_json, print_table, relative_time
 
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|min|h|d)", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86_400}
@@ -28,9 +29,17 @@ def _moment(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     return value.strip()
 
 
+def _value_text(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
 def _detail_text(detail: dict[str, Any] | None) -> str:
     shown = {k: v for k, v in (detail or {}).items() if v is not None}
-    return ", ".join(f"{k}={v}" for k, v in shown.items()) or NONE
+    return ", ".join(f"{k}={_value_text(v)}" for k, v in shown.items()) or NONE
 
 
 @click.group("audit")
@@ -89,7 +98,9 @@ def list_audit(
         for e in data["events"]
     ]
     columns = ["ID", "WHEN", "KIND", "ACTOR", "TARGET", "OUTCOME", "DETAIL"]
-    footer = paging_footer(len(rows), offset, data.get("total", len(rows)))
+    # The orchestrator does not count the whole log: its total says only "more or not".
+    more = data.get("total", 0) > offset + len(rows)
+    footer = f"older events: --offset {offset + len(rows)}" if more else ""
     print_table(columns, rows, "No audit events match.", footer, wrap=("DETAIL", "TARGET"))
 
 
