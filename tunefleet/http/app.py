@@ -96,7 +96,8 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
     options = app[keys.OPTIONS]
     options.data_dir.mkdir(parents=True, exist_ok=True)
     db = await open_database(options.database_url, options.data_dir)
-    app[keys.STORE] = Store(db)
+    # Stored timestamps come from the same clock as the actors' (a FakeClock in tests).
+    app[keys.STORE] = Store(db, now=app[keys.CLOCK].time)
     try:
         yield
     finally:

@@ -28,6 +28,10 @@ from tunefleet.http.metrics import request_timing_middleware
 from tunefleet.http.openapi import openapi_handler
 from tunefleet.http.route_table import routes
 
+# An API token's last use is recorded at most this often: one write a minute, not one
+# per request.
+_TOUCH_EVERY_S = 60.0
+
 
 class FleetAuthenticator:
     """Resolves token hashes: worker tokens from the fleet's in-memory map (rotation
@@ -48,6 +52,9 @@ class FleetAuthenticator:
         row = await store.api_token_by_hash(token_hash)
         if row is None or row.revoked_at is not None:
             return None
+        now = self.app[keys.CLOCK].time()
+        if row.last_used_at is None or not 0 <= now - row.last_used_at < _TOUCH_EVERY_S:
+            await store.touch_api_token(row.id)
         return ApiPrincipal(str(row.id), row.name, frozenset(row.permissions))
 
 
