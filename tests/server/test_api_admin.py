@@ -365,3 +365,14 @@ async def test_api_token_bad_bodies_are_400(server: Any, body: dict[str, Any]) -
     assert resp.status == 400
     assert (await resp.json())["detail"]
     assert (await server.ok("GET", "/api/admin/tokens"))["total"] == 1
+
+
+async def test_api_token_last_used_is_recorded(server: Any) -> None:
+    used = await server.api_token("queue.submit", name="used")
+    await server.api_token("queue.submit", name="idle")
+    assert (await server.get("/api/queue", headers=server.bearer(used))).status == 200
+    tokens = {t["name"]: t for t in (await server.ok("GET", "/api/admin/tokens"))["tokens"]}
+    assert tokens["used"]["last_used_at"] is not None
+    assert tokens["used"]["last_used_at"].endswith("Z")
+    assert tokens["idle"]["last_used_at"] is None
+    assert tokens["admin"]["last_used_at"] is not None

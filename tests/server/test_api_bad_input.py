@@ -106,7 +106,8 @@ async def test_malformed_json_is_400_and_changes_nothing(
         )
         detail = await assert_refused(resp, case=name)
         assert "JSON" in detail or "must be" in detail, name
-        assert await fingerprint(busy.server) == before, name
+    # A refused request that changed something leaves it changed: one check at the end.
+    assert await fingerprint(busy.server) == before
 
 
 @pytest.mark.parametrize(("kind", "method", "template", "limit"), BODY_ENDPOINTS, ids=ENDPOINT_IDS)
@@ -231,7 +232,7 @@ async def test_bodies_that_do_not_fit_are_400_and_change_nothing(busy: Busy, tem
             busy.path(template), json=body, headers=busy.headers(kind)
         )
         await assert_refused(resp, case=str(body)[:200])
-        assert await fingerprint(busy.server) == before, str(body)[:200]
+    assert await fingerprint(busy.server) == before
 
 
 async def test_a_missing_field_is_named(busy: Busy) -> None:
@@ -266,11 +267,11 @@ BAD_QUERIES = [
 ]
 
 
-@pytest.mark.parametrize(("kind", "template"), BAD_QUERIES, ids=[q for _, q in BAD_QUERIES])
-async def test_bad_query_parameters_are_400(busy: Busy, kind: str, template: str) -> None:
+async def test_bad_query_parameters_are_400(busy: Busy) -> None:
     before = await fingerprint(busy.server)
-    resp = await busy.server.client.get(busy.path(template), headers=busy.headers(kind))
-    await assert_refused(resp)
+    for kind, template in BAD_QUERIES:
+        resp = await busy.server.client.get(busy.path(template), headers=busy.headers(kind))
+        await assert_refused(resp, case=template)
     assert await fingerprint(busy.server) == before
 
 
@@ -293,18 +294,12 @@ UNKNOWN_IDS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("kind", "method", "path", "status"),
-    UNKNOWN_IDS,
-    ids=[f"{m} {p}" for _, m, p, _ in UNKNOWN_IDS],
-)
-async def test_unknown_ids_and_urls(
-    busy: Busy, kind: str, method: str, path: str, status: int
-) -> None:
+async def test_unknown_ids_and_urls(busy: Busy) -> None:
     before = await fingerprint(busy.server)
     body: dict[str, Any] = {"status": "completed", "lines": []}
-    resp = await busy.server.client.request(method, path, json=body, headers=busy.headers(kind))
-    await assert_refused(resp, status)
+    for kind, method, path, status in UNKNOWN_IDS:
+        resp = await busy.server.client.request(method, path, json=body, headers=busy.headers(kind))
+        await assert_refused(resp, status, case=f"{method} {path}")
     assert await fingerprint(busy.server) == before
 
 

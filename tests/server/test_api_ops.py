@@ -171,3 +171,20 @@ async def test_events_feed_receives_job_and_worker_events(server: Any) -> None:
 async def test_events_feed_needs_a_token(server: Any) -> None:
     resp = await server.client.get("/api/events")
     assert resp.status == 401
+
+
+async def test_every_response_carries_a_request_id_streams_included(server: Any) -> None:
+    worker = await server.connected_worker()
+    assert worker.stream.response.headers["X-Request-ID"]
+    job_id = await server.running_job(worker)
+    final = await worker.report(job_id, "completed")  # written early by the handler
+    assert final.headers["X-Request-ID"]
+    follow = await server.client.get(
+        f"/api/queue/{job_id}/logs?follow=true", headers={**server.admin, "X-Request-ID": "abc-1"}
+    )
+    assert follow.headers["X-Request-ID"] == "abc-1"
+    follow.close()
+    events = await server.client.get("/api/events", headers=server.admin)
+    assert events.headers["X-Request-ID"]
+    events.close()
+    worker.close()

@@ -111,6 +111,15 @@ async def test_target_local_and_auto_with_the_local_runner(make_server: Any) -> 
     # target worker never uses the local runner.
     data = await server.submit(target="worker")
     assert data["allocated_worker_id"] != "w_local"
+    # The built-in worker has no token to rotate and cannot be deleted.
+    for method, path in (
+        ("POST", "/api/admin/workers/w_local/token"),
+        ("DELETE", "/api/admin/workers/w_local?force=true"),
+    ):
+        resp = await server.client.request(method, path, headers=server.admin)
+        assert resp.status == 409
+        assert "local worker" in (await resp.json())["detail"]
+    assert (await server.worker_view("w_local"))["is_local"] is True
 
 
 async def test_worker_labels_are_globs(server: Any) -> None:
@@ -500,3 +509,36 @@ async def test_follow_logs_seq_is_one_cursor_for_backlog_and_live_lines(server: 
     assert new2.data["at"] == stored["lines"][1]["at"]
     worker.close()
     other.close()
+
+
+async def test_cancelling_a_dispatched_job_before_it_is_acknowledged(server: Any) -> None:
+    worker = await server.connected_worker()
+    job_id = (await server.submit(target="worker"))["job_id"]
+    await worker.stream.expect("job_submit")
+    data = await server.ok("POST", f"/api/queue/{job_id}/cancel", {})
+    assert data["status"] == "cancelling"
+    assert (await worker.stream.expect("job_cancel")).data["job_id"] == job_id
+    # The agent never acknowledges; past the acknowledgement timeout the job is not
+    # requeued but ends as it was asked to.
+    await worker.heartbeat()
+    await server.clock.advance(61)
+    job = await server.wait_job(job_id, "cancelled")
+    assert job["attempts"] == 1
+    # Nothing but stop notices for that job follows; it is never sent again.
+    for _ in range(3):
+        try:
+            frame = await worker.stream.next_event(0.2)
+        except AssertionError:
+            break  # quiet
+        assert (frame.type, frame.data["job_id"]) == ("job_cancel", job_id)
+    assert (await server.job(job_id))["status"] == "cancelled"
+    worker.close()
+
+
+async def test_the_cancel_reason_is_kept(server: Any) -> None:
+    job_id = (await server.submit(target="worker"))["job_id"]
+    await server.ok("POST", f"/api/queue/{job_id}/cancel", {"reason": "wrong config"})
+    job = await server.job(job_id)
+    assert "wrong config" in job["error"]
+    assert job["error"].startswith("cancelled by token:admin#")
+    assert job["timeline"][-1]["detail"]["reason"] == job["error"]

@@ -537,3 +537,68 @@ async def test_disconnect_for_another_worker_id_is_400_and_changes_nothing(serve
     assert await resp.json() == {"detail": "Worker ID mismatch"}
     assert (await server.worker_view(worker.worker_id))["status"] == "idle"
     worker.close()
+
+
+# --- ephemeral workers and restarts -------------------------------------------------------
+
+
+async def test_ephemeral_worker_is_told_to_shut_down_after_its_job(server: Any) -> None:
+    worker = await server.create_worker("eph", worker_type="ephemeral")
+    await worker.connect("eph", persistent=False)
+    job_id = await server.running_job(worker)
+    assert (await worker.report(job_id, "completed")).status == 200
+    shutdown = await worker.stream.expect("shutdown")
+    assert shutdown.data["reason"]
+    # SimpleTuner's agent asks before leaving: nothing for it.
+    assert await (await worker.queue_check()).json() == {"has_jobs": False}
+    worker.close()
+
+
+async def test_ephemeral_worker_that_asks_for_more_work_gets_it(server: Any) -> None:
+    worker = await server.create_worker("eph", labels={"pool": "spot"}, worker_type="ephemeral")
+    await worker.connect("eph", persistent=False)
+    job_id = await server.running_job(worker)
+    waiting = (await server.submit(target="worker", worker_labels={"pool": "spot"}))["job_id"]
+    assert (await worker.report(job_id, "completed")).status == 200
+    await worker.stream.expect_nothing()  # not pushed to an agent on its way out, unasked
+    assert await (await worker.queue_check()).json() == {"has_jobs": True}
+    assert (await worker.stream.expect("job_submit")).data["job_id"] == waiting
+    worker.close()
+
+
+async def test_resume_after_an_orchestrator_restart(make_server: Any) -> None:
+    first = await make_server()
+    worker = await first.connected_worker()
+    job_id = await first.running_job(worker, config_name="tiny")
+    worker.close()
+    await first.client.close()
+
+    second = await make_server()
+    worker.client = second.client
+    data = await worker.register(current_job_id=job_id)
+    assert data["resume_job"] == {"job_id": job_id, "config_name": "tiny", "status": "running"}
+    stream = await worker.open_stream(last_event_id=1)
+    await stream.expect_nothing()
+    assert (await worker.report(job_id, "completed")).status == 200
+    await second.wait_job(job_id, "completed")
+    worker.close()
+
+
+async def test_unacknowledged_dispatch_is_sent_again_after_a_restart(make_server: Any) -> None:
+    first = await make_server()
+    worker = await first.connected_worker()
+    job_id = (await first.submit(target="worker"))["job_id"]
+    sent = await worker.stream.expect("job_submit")
+    worker.close()
+    await first.client.close()
+
+    second = await make_server()
+    worker.client = second.client
+    await worker.register()
+    stream = await worker.open_stream(last_event_id=sent.id)
+    again = await stream.expect("job_submit")
+    assert again.data["job_id"] == job_id
+    assert int(again.id) > int(sent.id)  # ids keep increasing across the restart
+    assert (await worker.report(job_id, "starting")).status == 200
+    await second.wait_job(job_id, "running")
+    worker.close()
