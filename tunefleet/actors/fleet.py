@@ -293,6 +293,10 @@ class Fleet:
         job = JobActor(self.ctx, rec)
         self.ctx.jobs[rec.job_id] = job
         self.ctx.system.spawn(job)
+        # Schedule before the audit write is awaited: its write is queued first (so the
+        # chain keeps the order), and the dispatch commit can share its transaction
+        # instead of waiting for a commit of its own.
+        self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
         await self.ctx.audit.record(
             AuditKind.JOB_SUBMITTED,
             actor=actor,
@@ -300,7 +304,6 @@ class Fleet:
             config_name=rec.config_name,
             target_kind=rec.target,
         )
-        self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
         reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(rec.job_id)))
         if reason is not None:
             rec.wait_reason = reason
@@ -338,7 +341,7 @@ class Fleet:
                 raise NotFound(f"Job not found: {job_id}")
             return {"job_id": job_id, "position": None, "status": row[0], "reason": None}
         if job.state != JobState.PENDING:
-            return {"job_id": job_id, "position": 0, "status": str(job.state), "reason": None}
+            return {"job_id": job_id, "position": None, "status": str(job.state), "reason": None}
         order = cast(list[str], await self.ctx.scheduler.ask(m.QueueOrder()))
         reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(job_id)))
         position = order.index(job_id) + 1 if job_id in order else None
