@@ -86,7 +86,7 @@ async def test_target_worker_and_auto_go_to_a_remote_worker(server: Any) -> None
         data = await server.submit(target=target)
         assert data["status"] == "dispatched"
         assert data["allocated_worker_id"] == worker.worker_id
-        assert data["queue_position"] == 0
+        assert data["queue_position"] is None  # it has left the queue
         assert data["reason"] is None
         event = await worker.take_job()
         assert event["requirements"]["target"] == target
@@ -182,6 +182,15 @@ async def test_positions_follow_priority_then_submission_order(server: Any) -> N
         for job_id in (urgent["job_id"], first, second)
     ]
     assert positions == [1, 2, 3]
+
+
+async def test_position_is_null_once_the_job_left_the_queue(server: Any) -> None:
+    worker = await server.connected_worker()
+    job_id = await server.running_job(worker)
+    position = await server.ok("GET", f"/api/queue/position/{job_id}")
+    assert position == {"job_id": job_id, "position": None, "status": "running", "reason": None}
+    assert (await server.job(job_id))["queue_position"] is None
+    worker.close()
 
 
 async def test_position_of_unknown_job_is_404_and_of_a_finished_job_null(server: Any) -> None:
