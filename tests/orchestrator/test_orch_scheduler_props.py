@@ -1,0 +1,273 @@
+"""Property test of scheduling through the real actors: random fleets (labels, GPU
+counts and VRAM, some draining) and random job mixes submitted through Fleet.submit,
+with random acknowledgements, completions, failures, cancels, losses and returns.
+
+After every step the fleet settles, and then:
+- every job_submit an agent got satisfies the job's requirements (unmet is None), went
+  to a worker that was not draining and held no job, and no other agent holds that job;
+- the actors agree: a dispatched or running job names a worker that names it back, and
+  no worker holds two jobs;
+- a job placed in this step outranks every job still pending that that worker would
+  also have fitted (priority, then submission order);
+- no pending job fits a worker that is free to take it (the loop settled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from orchestrator_testkit import FakeAgent, FleetHarness, SettlingClock, gpu_report, job_record
+
+from tunefleet.actors.context import FleetSettings
+from tunefleet.actors.matching import Requirements, unmet
+from tunefleet.fsm.job import JobState
+
+GPUS = [("NVIDIA A100-SXM4-80GB", 80.0), ("NVIDIA H100 80GB HBM3", 80.0), ("NVIDIA A10", 24.0)]
+GPU_TYPES = ["a100", "h100", "a10"]
+LABEL_PATTERNS = ["a100", "h*", "a1*", "*"]
+NAME_PATTERNS = ["*A100*", "*H100*", "NVIDIA A10"]
+ACTIONS = ["submit", "ack", "complete", "fail", "cancel", "lose", "return", "drain", "resume"]
+# Fast fsyncs where the machine has a RAM disk; it is still a real SQLite file.
+_RAM_DISK = Path("/dev/shm")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    gpu: int  # index into GPUS
+    gpu_count: int
+    gpu_type: str | None
+    draining: bool
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    gpu_count: int
+    label: str | None
+    min_vram_gb: float | None
+    gpu_name: str | None
+    priority: int
+    max_retries: int
+
+
+workers_st = st.builds(
+    WorkerSpec,
+    gpu=st.integers(0, len(GPUS) - 1),
+    gpu_count=st.sampled_from([1, 2, 4, 8]),
+    gpu_type=st.one_of(st.none(), st.sampled_from(GPU_TYPES)),
+    draining=st.sampled_from([False, False, True]),
+)
+jobs_st = st.builds(
+    JobSpec,
+    gpu_count=st.sampled_from([0, 1, 1, 2, 4, 8]),
+    label=st.one_of(st.none(), st.sampled_from(LABEL_PATTERNS)),
+    min_vram_gb=st.one_of(st.none(), st.sampled_from([20.0, 40.0, 80.0])),
+    gpu_name=st.one_of(st.none(), st.none(), st.sampled_from(NAME_PATTERNS)),
+    priority=st.integers(0, 3),
+    max_retries=st.integers(0, 2),
+)
+steps_st = st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 1000)), max_size=30)
+
+
+@dataclass
+class Sim:
+    """The agents' side of the world, and what the orchestrator told them."""
+
+    harness: FleetHarness
+    agents: list[FakeAgent]
+    holding: dict[str, str | None] = field(default_factory=dict)  # worker → job it runs
+    acked: set[str] = field(default_factory=set)
+    online: dict[str, bool] = field(default_factory=dict)
+    requirements: dict[str, Requirements] = field(default_factory=dict)
+    rank: dict[str, tuple[int, int]] = field(default_factory=dict)  # job → (-priority, seq)
+    placed_now: list[tuple[str, str]] = field(default_factory=list)
+
+    def pick(self, items: list[FakeAgent], n: int) -> FakeAgent | None:
+        return items[n % len(items)] if items else None
+
+    def holders(self) -> list[FakeAgent]:
+        return [a for a in self.agents if self.holding[a.worker_id] is not None]
+
+
+async def _observe(sim: Sim) -> None:
+    """Read every stream; agents confirm cancels, as a real agent would."""
+    h = sim.harness
+    for _ in range(10):  # bounded: confirmations may lead to more events
+        confirmed = False
+        for agent in sim.agents:
+            for event in agent.read():
+                job_id = str(event.data.get("job_id") or "")
+                if event.type == "job_submit":
+                    _check_dispatch(sim, agent, job_id)
+                elif event.type == "job_cancel" and sim.holding[agent.worker_id] == job_id:
+                    sim.holding[agent.worker_id] = None
+                    await agent.report(job_id, "cancelled")
+                    confirmed = True
+        if not confirmed:
+            break
+        await h.settle()
+
+
+def _check_dispatch(sim: Sim, agent: FakeAgent, job_id: str) -> None:
+    worker = sim.harness.worker(agent.worker_id)
+    assert sim.holding[agent.worker_id] is None, "a job_submit reached a worker holding a job"
+    others = [w for w, j in sim.holding.items() if j == job_id]
+    assert not others, f"job {job_id} is on {others} and was given to {agent.worker_id}"
+    problem = unmet(sim.requirements[job_id], worker.view())
+    assert problem is None, f"{job_id} went to {agent.worker_id}, which {problem}"
+    assert not worker.drain_requested, "a draining worker got a job"
+    sim.holding[agent.worker_id] = job_id
+    sim.placed_now.append((job_id, agent.worker_id))
+
+
+def _check_actors(sim: Sim) -> None:
+    ctx = sim.harness.ctx
+    holders: dict[str, str] = {}
+    for job in ctx.jobs.values():
+        if job.state in (JobState.DISPATCHED, JobState.RUNNING):
+            assert job.worker_id is not None
+            assert job.worker_id not in holders, f"{job.worker_id} holds two jobs"
+            holders[job.worker_id] = job.job_id
+            assert ctx.workers[job.worker_id].current_job_id == job.job_id
+    for worker in ctx.workers.values():
+        if worker.current_job_id is not None:
+            assert holders.get(worker.worker_id) == worker.current_job_id
+    pending = [j for j in ctx.jobs.values() if j.state == JobState.PENDING]
+    for job in pending:
+        for worker in ctx.workers.values():
+            if worker.schedulable:
+                assert unmet(job.rec.requirements(), worker.view()) is not None, (
+                    f"{job.job_id} waits while {worker.worker_id} is free and fits it"
+                )
+    for placed, worker_id in sim.placed_now:
+        view = ctx.workers[worker_id].view()
+        for job in pending:
+            if unmet(job.rec.requirements(), view) is None:
+                assert sim.rank[job.job_id] > sim.rank[placed], (
+                    f"{placed} took {worker_id} ahead of higher-ranked {job.job_id}"
+                )
+    sim.placed_now.clear()
+
+
+async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
+    h = sim.harness
+    online = [a for a in sim.agents if sim.online[a.worker_id]]
+    if action == "submit" and jobs:
+        spec = jobs.pop(0)
+        rec = job_record(
+            gpu_count=spec.gpu_count,
+            labels={"gpu_type": spec.label} if spec.label else {},
+            min_vram_gb=spec.min_vram_gb,
+            gpu_name=spec.gpu_name,
+            priority=spec.priority,
+            max_retries=spec.max_retries,
+        )
+        requirements = rec.requirements()
+        job_id = str((await h.fleet.submit(rec, actor="prop"))["job_id"])
+        sim.requirements[job_id] = requirements
+        sim.rank[job_id] = (-spec.priority, rec.seq)
+    elif action in ("ack", "complete", "fail") and (agent := sim.pick(sim.holders(), n)):
+        job_id = sim.holding[agent.worker_id]
+        assert job_id is not None
+        if job_id not in sim.acked:
+            sim.acked.add(job_id)
+            await agent.report(job_id, "starting")
+        if action != "ack":
+            sim.holding[agent.worker_id] = None
+            await agent.report(job_id, "completed" if action == "complete" else "failed")
+    elif action == "cancel" and h.ctx.jobs:
+        live = sorted(h.ctx.jobs)
+        await h.fleet.cancel(live[n % len(live)], actor="prop")
+    elif action == "lose" and (agent := sim.pick(online, n)):
+        sim.online[agent.worker_id] = False
+        sim.holding[agent.worker_id] = None
+        await agent.disconnect()
+    elif action == "return" and (
+        agent := sim.pick([a for a in sim.agents if not sim.online[a.worker_id]], n)
+    ):
+        sim.online[agent.worker_id] = True
+        reply = await agent.register(current_job_id=None)
+        assert reply["resume_job"] is None
+        await agent.connect(agent.last_event_id)
+    elif action == "drain" and (agent := sim.pick(sim.agents, n)):
+        await h.fleet.drain(agent.worker_id, actor="prop")
+    elif action == "resume" and (
+        agent := sim.pick([a for a in sim.agents if h.worker(a.worker_id).drain_requested], n)
+    ):
+        await h.fleet.resume(agent.worker_id, actor="prop")
+    await h.settle()
+    await _observe(sim)
+    _check_actors(sim)
+
+
+async def _scenario(
+    data_dir: Path, workers: list[WorkerSpec], jobs: list[JobSpec], steps: list[tuple[str, int]]
+) -> None:
+    h = await FleetHarness.open(data_dir, SettlingClock(), FleetSettings(local_runner=False))
+    try:
+        agents = []
+        for i, spec in enumerate(workers):
+            name, vram = GPUS[spec.gpu]
+            labels = {"gpu_type": spec.gpu_type} if spec.gpu_type else {}
+            agent = await h.agent(
+                f"w{i}", labels=labels, gpu=gpu_report(spec.gpu_count, vram, name)
+            )
+            if spec.draining:
+                await h.fleet.drain(agent.worker_id, actor="prop")
+            agents.append(agent)
+        sim = Sim(h, agents)
+        sim.holding = {a.worker_id: None for a in agents}
+        sim.online = {a.worker_id: True for a in agents}
+        queue = list(jobs)
+        for action, n in steps:
+            await _step(sim, action, n, queue)
+        # Finish: everyone back, no drains, every held job completed, until nothing moves.
+        while queue:
+            await _step(sim, "submit", 0, queue)
+        while not all(sim.online.values()):
+            await _step(sim, "return", 0, queue)
+        while any(h.worker(a.worker_id).drain_requested for a in agents):
+            await _step(sim, "resume", 0, queue)
+        for _ in range(len(sim.requirements) + 1):
+            if not sim.holders():
+                break
+            for agent in sim.holders():
+                await _step(sim, "complete", sim.agents.index(agent), queue)
+        assert not sim.holders()
+        for job in h.ctx.jobs.values():
+            assert job.state == JobState.PENDING
+            fits = [
+                w for w in h.ctx.workers.values() if not unmet(job.rec.requirements(), w.view())
+            ]
+            assert not fits, f"{job.job_id} still waits though {fits[0].worker_id} fits it"
+        for job_id in sim.requirements:
+            row = await h.job(job_id)
+            assert row.attempts <= row.max_retries + 1
+            kinds = await h.timeline_kinds(job_id)
+            assert kinds.count("dispatched") == row.attempts
+            terminal = [k for k in kinds if k in ("completed", "failed", "cancelled")]
+            assert len(terminal) == (0 if row.state == "pending" else 1), kinds
+    finally:
+        await h.close()
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    workers=st.lists(workers_st, min_size=1, max_size=5),
+    jobs=st.lists(jobs_st, min_size=1, max_size=8),
+    steps=steps_st,
+)
+def test_scheduling_through_the_actors_keeps_its_promises(
+    workers: list[WorkerSpec], jobs: list[JobSpec], steps: list[tuple[str, int]]
+) -> None:
+    parent = str(_RAM_DISK) if _RAM_DISK.is_dir() else None
+    with tempfile.TemporaryDirectory(dir=parent) as data_dir:
+        asyncio.run(_scenario(Path(data_dir), workers, jobs, steps))
