@@ -376,3 +376,12 @@ async def test_api_token_last_used_is_recorded(server: Any) -> None:
     assert tokens["used"]["last_used_at"].endswith("Z")
     assert tokens["idle"]["last_used_at"] is None
     assert tokens["admin"]["last_used_at"] is not None
+
+
+async def test_draining_an_idle_ephemeral_worker_also_shuts_it_down(server: Any) -> None:
+    worker = await server.create_worker("eph", worker_type="ephemeral")
+    await worker.connect("eph", persistent=False)
+    await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/drain")
+    await worker.stream.expect("drain")
+    assert (await worker.stream.expect("shutdown")).data["reason"]
+    worker.close()

@@ -551,3 +551,23 @@ async def test_the_cancel_reason_is_kept(server: Any) -> None:
     assert "wrong config" in job["error"]
     assert job["error"].startswith("cancelled by token:admin#")
     assert job["timeline"][-1]["detail"]["reason"] == job["error"]
+
+
+async def test_a_job_out_of_retries_fails_with_the_reason(server: Any) -> None:
+    worker = await server.connected_worker()
+    job_id = await server.running_job(worker, max_retries=0)
+    assert (await worker.disconnect()).status == 200
+    job = await server.wait_job(job_id, "failed")
+    assert "no retries left (max_retries=0)" in job["error"]
+    assert "disconnected" in job["error"]
+    worker.close()
+
+
+async def test_higher_priority_is_dispatched_first(server: Any) -> None:
+    low = (await server.submit(target="worker"))["job_id"]
+    high = (await server.submit(target="worker", priority=50))["job_id"]
+    worker = await server.connected_worker()
+    assert (await worker.take_job())["job_id"] == high
+    assert (await worker.report(high, "completed")).status == 200
+    assert (await worker.take_job())["job_id"] == low
+    worker.close()
