@@ -129,7 +129,7 @@ async def test_pending_jobs_are_scheduled_again(harness: FleetHarness) -> None:
     after = await harness.restart(5.0)
     agent = await after.agent("late")
     # One worker: the highest priority goes first, then the others in priority order.
-    order = []
+    order: list[str] = []
     for _ in jobs:
         [job_id] = agent.submitted_jobs()[len(order) :]
         order.append(job_id)

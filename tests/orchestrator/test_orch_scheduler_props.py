@@ -171,8 +171,9 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
         sim.requirements[job_id] = requirements
         sim.rank[job_id] = (-spec.priority, rec.seq)
     elif action in ("ack", "complete", "fail") and (agent := sim.pick(sim.holders(), n)):
-        job_id = sim.holding[agent.worker_id]
-        assert job_id is not None
+        held = sim.holding[agent.worker_id]
+        assert held is not None
+        job_id = held
         if job_id not in sim.acked:
             sim.acked.add(job_id)
             await agent.report(job_id, "starting")

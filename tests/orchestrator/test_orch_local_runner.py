@@ -1,0 +1,105 @@
+"""The local runner with the real executor and the tiny trainer, on the real clock: a
+`target: local` job runs in a real process on the orchestrator, and its progress and
+logs are stored like a remote agent's."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from orchestrator_testkit import FleetHarness, eventually, job_record
+
+from tunefleet.actors.clock import RealClock
+from tunefleet.actors.context import FleetSettings
+from tunefleet.actors.fleet import LOCAL_WORKER_ID
+from tunefleet.actors.local_runner import LocalRunner, local_worker_record
+from tunefleet.agent.executor import JobExecutor
+from tunefleet.agent.gpu import GpuInventory
+
+pytestmark = pytest.mark.timeout(60)
+
+TRAINER = [sys.executable, "-m", "tunefleet.examples.tiny_trainer"]
+
+
+@dataclass
+class LocalFleet:
+    harness: FleetHarness
+    runner: LocalRunner
+
+    async def submit(self, target: str, config: dict[str, Any]) -> str:
+        rec = job_record(target=target, gpu_count=0, config=config)
+        reply = await self.harness.fleet.submit(rec, actor="tester")
+        return str(reply["job_id"])
+
+    async def wait_until_ended(self, job_id: str) -> None:
+        await eventually(
+            lambda: self.harness.job_actor(job_id) is None, f"job {job_id} to end", timeout_s=40
+        )
+
+
+@pytest.fixture
+async def local(tmp_path: Path) -> AsyncIterator[LocalFleet]:
+    clock = RealClock()
+    inventory = GpuInventory()  # no GPU here: the job asks for none
+    harness = await FleetHarness.open(
+        tmp_path / "data",
+        clock,
+        FleetSettings(),
+        local_worker=local_worker_record(inventory, clock.time()),
+    )
+    executor = JobExecutor(
+        tmp_path / "local-runner", TRAINER, grace_s=5.0, log_interval_s=0.05, progress_poll_s=0.05
+    )
+    runner = LocalRunner(harness.fleet, executor, inventory)
+    await runner.start()
+    try:
+        yield LocalFleet(harness, runner)
+    finally:
+        await runner.stop()
+        await harness.close()
+
+
+async def test_a_local_job_runs_the_tiny_trainer_to_completion(local: LocalFleet) -> None:
+    h = local.harness
+    config = {"max_train_steps": 5, "step_seconds": 0.01, "log_every": 1}
+    job_id = await local.submit("local", config)
+    await local.wait_until_ended(job_id)
+
+    job = await h.job(job_id)
+    assert (job.state, job.worker_id, job.attempts) == ("completed", LOCAL_WORKER_ID, 1)
+    assert job.error is None
+    assert job.progress is not None
+    assert (job.progress["step"], job.progress["total"]) == (5, 5)
+    assert await h.timeline_kinds(job_id) == ["submitted", "dispatched", "started", "completed"]
+    logs = await h.store.read_logs(job_id)
+    assert logs, "the trainer's output is stored"
+    assert {line.attempt for line in logs} == {1}
+    assert any("step" in line.line for line in logs)
+    await eventually(lambda: h.worker_state(LOCAL_WORKER_ID) == "idle", "the runner to be idle")
+
+
+async def test_auto_runs_locally_when_no_remote_worker_qualifies(local: LocalFleet) -> None:
+    remote_only = await local.submit("worker", {"max_train_steps": 1})
+    auto = await local.submit("auto", {"max_train_steps": 3, "step_seconds": 0.01})
+    await local.wait_until_ended(auto)
+    assert await local.harness.job_state(auto) == "completed"
+    assert await local.harness.job_state(remote_only) == "pending"
+
+
+async def test_a_local_job_is_cancelled_through_its_process(local: LocalFleet) -> None:
+    h = local.harness
+    job_id = await local.submit("local", {"max_train_steps": 10_000, "step_seconds": 0.05})
+
+    def running() -> bool:
+        job = h.job_actor(job_id)
+        return job is not None and job.state == "running"
+
+    await eventually(running, "the job to run")
+    await h.fleet.cancel(job_id, actor="alice")
+    await local.wait_until_ended(job_id)
+    job = await h.job(job_id)
+    assert (job.state, job.error) == ("cancelled", "cancelled by alice")
