@@ -69,6 +69,7 @@ class Fleet:
 
     async def stop(self) -> None:
         await self.ctx.system.stop_all(drain=True)
+        await self.ctx.persistence.flush_heartbeats()
 
     def _spawn_worker(self, rec: WorkerRecord, holds: str | None = None) -> WorkerActor:
         actor = WorkerActor(self.ctx, rec)

@@ -7,15 +7,23 @@ timeline rows that go with it, so a step is recorded whole or not at all.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
+from tunefleet.actors.clock import Clock, Timer
 from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.errors import Conflict
 from tunefleet.storage.rows import JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
 
 _LIVE = ("pending", "dispatched", "running")
+# Heartbeats seen within this many seconds share one write.
+HEARTBEAT_FLUSH_S = 1.0
+
+log = structlog.get_logger(__name__)
 # Timeline kind: the orchestrator asked the agent to stop the job (cancel or timeout).
 STOP_REQUESTED = "stop_requested"
 
@@ -94,6 +102,9 @@ def job_record(row: JobRow) -> JobRecord:
 class Persistence:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._beats: dict[str, WorkerRecord] = {}
+        self._flush_timer: Timer | None = None
+        self._flushing: set[asyncio.Future[None]] = set()
 
     # --- loading at start ---------------------------------------------------------------
 
@@ -141,14 +152,36 @@ class Persistence:
         """Compare-and-set: False when storage no longer holds ``expected``."""
         return await self.store.cas_worker_state(worker_id, expected, state, **fields)
 
-    async def save_heartbeat(self, rec: WorkerRecord) -> None:
-        await self.store.update_worker(
-            rec.worker_id,
-            last_heartbeat_at=rec.last_heartbeat_at,
-            last_seen_at=rec.last_seen_at,
-            gpu_utilization=rec.gpu_utilization,
-            vram_used_gb=rec.vram_used_gb,
-        )
+    def heartbeat_seen(self, rec: WorkerRecord, clock: Clock) -> None:
+        """Write this worker's heartbeat columns with the others of the next
+        HEARTBEAT_FLUSH_S, in one write. Deadlines and views use the in-memory record;
+        the row only serves people and a restart, which may see it a second late, while
+        a write per heartbeat would cost more than the rest of the heartbeat together."""
+        self._beats[rec.worker_id] = rec
+        if self._flush_timer is None:
+            self._flush_timer = clock.call_later(HEARTBEAT_FLUSH_S, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._flush_timer = None
+        task = asyncio.ensure_future(self.flush_heartbeats())
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def flush_heartbeats(self) -> None:
+        """Write the heartbeats seen since the last flush (at once: at shutdown)."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        beats, self._beats = self._beats, {}
+        if not beats:
+            return
+        try:
+            await self.store.save_heartbeats(list(beats.values()))
+        except Exception as error:
+            # Keep them for the next flush; a later heartbeat replaces its worker's entry.
+            log.warning("heartbeats not saved", workers=len(beats), error=str(error))
+            for worker_id, rec in beats.items():
+                self._beats.setdefault(worker_id, rec)
 
     async def save_worker_event_id(self, worker_id: str, last_event_id: int) -> None:
         await self.store.update_worker(worker_id, last_event_id=last_event_id)

@@ -221,7 +221,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         job = self.ctx.jobs.get(self.current_job_id) if self.current_job_id else None
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
             job.tell(m.StatusReported(self.worker_id, "progress", msg.job_progress, None))
-        await self.ctx.persistence.save_heartbeat(self.rec)
+        self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
         return True
 
     def _heartbeat_expired(self) -> None:

@@ -30,7 +30,7 @@ from tunefleet.storage.rows import (
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
 from tunefleet.storage.store_base import MAX_PAGE, Now
 from tunefleet.storage.store_jobs import JobOrder, JobRepo, LogLineLike
-from tunefleet.storage.store_workers import ApiTokenRepo, WorkerRepo
+from tunefleet.storage.store_workers import ApiTokenRepo, HeartbeatColumns, WorkerRepo
 
 T = TypeVar("T")
 
@@ -102,6 +102,9 @@ class Store:
 
     async def update_worker(self, worker_id: str, **fields: Any) -> bool:
         return await self.db.write(partial(self._workers.update, worker_id, **fields))
+
+    async def save_heartbeats(self, beats: Sequence[HeartbeatColumns]) -> int:
+        return await self.db.write(partial(self._workers.save_heartbeats, beats))
 
     async def cas_worker_state(
         self, worker_id: str, expected: States, new: str, **changes: Any

@@ -6,7 +6,7 @@ Tokens are stored only as hashes; the store never sees a clear token (callers ha
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import peewee as pw
 
@@ -23,6 +23,16 @@ from tunefleet.storage.rows import (
 from tunefleet.storage.store_base import Now, checked_fields, state_set
 
 _WORKER_FIXED = ("id", "state", "created_at", "updated_at")
+
+
+class HeartbeatColumns(Protocol):
+    """What save_heartbeats reads from each item (a WorkerRecord has all of it)."""
+
+    worker_id: str
+    last_heartbeat_at: float | None
+    last_seen_at: float | None
+    gpu_utilization: list[float]
+    vram_used_gb: list[float]
 
 
 class WorkerRepo:
@@ -83,6 +93,29 @@ class WorkerRepo:
         values = checked_fields(Worker, fields, forbidden=_WORKER_FIXED)
         values["updated_at"] = self._now()
         return bool(Worker.update(**values).where(Worker.id == worker_id).execute())
+
+    def save_heartbeats(self, beats: Sequence[HeartbeatColumns]) -> int:
+        """Many workers' heartbeat columns at once: one statement, built once and run
+        for every row (a query built per row costs a large fleet more than the disk).
+        Unknown workers are skipped; the number of rows updated is returned."""
+        if not beats:
+            return 0
+        db = database_proxy.obj
+        if db is None:
+            raise RuntimeError("save_heartbeats runs on the database thread only")
+        now = self._now()
+        columns = ("last_heartbeat_at", "last_seen_at", "gpu_utilization", "vram_used_gb")
+        assignments = ", ".join(f'"{c}" = {db.param}' for c in (*columns, "updated_at"))
+        sql = f'UPDATE "{Worker._meta.table_name}" SET {assignments} WHERE "id" = {db.param}'
+        to_json = Worker.gpu_utilization.db_value
+        params = [
+            (b.last_heartbeat_at, b.last_seen_at, to_json(b.gpu_utilization),
+             to_json(b.vram_used_gb), now, b.worker_id)
+            for b in beats
+        ]  # fmt: skip
+        cursor = db.cursor()
+        cursor.executemany(sql, params)
+        return int(cursor.rowcount)
 
     def cas_state(
         self, worker_id: str, expected: str | Collection[str], new: str, **changes: Any
