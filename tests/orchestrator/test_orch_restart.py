@@ -7,6 +7,9 @@ from __future__ import annotations
 import pytest
 from orchestrator_testkit import FakeAgent, FleetHarness
 
+from tunefleet.storage.database import open_database
+from tunefleet.storage.store import Store
+
 pytestmark = pytest.mark.timeout(30)
 
 
@@ -253,3 +256,34 @@ async def test_a_dispatch_cancelled_before_a_restart_is_not_pushed_again(
     await after.advance(after.settings.cancel_grace_s)
     job = await after.job(job_id)
     assert (job.state, job.attempts) == ("cancelled", 1)
+
+
+async def test_a_job_whose_worker_was_already_offline_at_the_restart_is_requeued(
+    harness: FleetHarness,
+) -> None:
+    """A crash between the worker's loss and its job's requeue (two transactions)."""
+    gone = await harness.agent("gone")
+    job_id = await _running_job(harness, gone)
+    spare = await harness.agent("spare")
+    await harness.close()
+    db = await open_database(None, harness.data_dir)
+    assert await Store(db).cas_worker_state(gone.worker_id, "busy", "offline")
+    await db.close()
+    after = await harness.restart(5.0, gone, spare)
+
+    await spare.register()
+    await spare.connect(spare.last_event_id)
+    await after.settle()
+    await after.advance(after.settings.heartbeat_timeout_s / 2)
+    await spare.heartbeat()
+    await after.advance(after.settings.heartbeat_timeout_s / 2)
+    job = await after.job(job_id)
+    assert (job.state, job.worker_id) == ("dispatched", spare.worker_id), job
+    assert after.worker(gone.worker_id).current_job_id is None
+    first = (await after.attempts(job_id))[0]
+    assert first.outcome == "lost" and first.reason is not None
+    assert f"worker {gone.worker_id} lost: offline when the orchestrator restarted" == first.reason
+    # When the lost worker does come back, it is told to abandon the job.
+    reply = await gone.register(current_job_id=job_id)
+    assert reply["abandon_job"] == job_id
+    assert after.worker_state(gone.worker_id) == "idle"

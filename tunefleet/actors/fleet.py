@@ -56,7 +56,10 @@ class Fleet:
             if job.state != JobState.PENDING and job.worker_id
         }
         for worker in await ctx.persistence.load_workers():
-            self._spawn_worker(worker, holds=holders.get(worker.worker_id))
+            # An offline worker holds nothing (a crash came between its loss and its
+            # job's requeue): the job is requeued below.
+            online = worker.state != WorkerState.OFFLINE
+            self._spawn_worker(worker, holds=holders.get(worker.worker_id) if online else None)
         if local_worker is not None:
             await self._ensure_local_worker(local_worker)
         for job in live_jobs:
@@ -96,6 +99,10 @@ class Fleet:
         worker = self.ctx.workers.get(rec.worker_id or "")
         if worker is None:
             actor.tell(m.WorkerLost(rec.worker_id or "?", "worker no longer exists"))
+            return
+        if worker.state == WorkerState.OFFLINE:
+            reason = f"worker {worker.worker_id} lost: offline when the orchestrator restarted"
+            actor.tell(m.WorkerLost(worker.worker_id, reason))
             return
         if actor.stop_reason is not None:
             # Stopping when the orchestrator went down: ask again, never start it again.
