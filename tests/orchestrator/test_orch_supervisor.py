@@ -330,3 +330,21 @@ async def test_a_job_cancelled_while_running_stays_cancelled_when_its_timeout_pa
     job = await harness.job(job_id)
     assert (job.state, job.error) == ("cancelled", "cancelled by alice")
     assert len(agent.received("job_cancel")) == 1
+
+
+async def test_a_worker_that_registers_again_without_its_job_has_it_requeued(
+    harness: FleetHarness,
+) -> None:
+    """The agent restarted between two heartbeats and lost its process."""
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    await agent.report(job_id, "running")
+    reply = await agent.register(current_job_id=None)
+    assert reply["resume_job"] is None and reply["abandon_job"] is None
+    await agent.connect(agent.last_event_id)
+    await harness.settle()
+    first = (await harness.attempts(job_id))[0]
+    assert first.outcome == "lost"
+    assert first.reason is not None and agent.worker_id in first.reason
+    job = await harness.job(job_id)
+    assert (job.state, job.attempts, job.worker_id) == ("dispatched", 2, agent.worker_id)

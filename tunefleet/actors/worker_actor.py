@@ -151,7 +151,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 self.force_replay_job = held
             else:
                 if job is not None:
-                    job.tell(m.WorkerLost(self.worker_id, "worker came back without its job"))
+                    reason = f"worker {self.worker_id} came back without its job"
+                    job.tell(m.WorkerLost(self.worker_id, reason))
                 self.outbox.acknowledge_job(held)
                 self.current_job_id = None
         self.rec.apply_registration(msg, now)
