@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-STREAM_TIMEOUT_S = 3.0
+STREAM_TIMEOUT_S = 5.0
 T = TypeVar("T")
 
 
