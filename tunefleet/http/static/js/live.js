@@ -8,9 +8,9 @@
 import { readEventStream, eventData } from './sse.js';
 import { session } from './session.js';
 
-/** Exponential backoff with jitter: 1 s, 2 s, 4 s … capped, ±20 %. */
+/** Exponential backoff with jitter: 1 s, 1.6 s, 2.6 s … capped at 10 s, ±20 %. */
 export class Backoff {
-  constructor(baseMs = 1000, maxMs = 30000, factor = 2) {
+  constructor(baseMs = 1000, maxMs = 10000, factor = 1.6) {
     Object.assign(this, { baseMs, maxMs, factor, attempt: 0 });
   }
 

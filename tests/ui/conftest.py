@@ -1,0 +1,189 @@
+"""Browser tests of the web UI: headless Chromium (the system's, not a Playwright download)
+driving a real orchestrator process and real agent processes (tests/e2e/harness.py).
+
+Without Chromium or the playwright package the browser tests skip and say how to install
+them. A failing test leaves a screenshot in tests/ui/screenshots/<test>.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import ADMIN_TOKEN, Agent, Orchestrator, write_tiny_config
+
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+INSTALL_HINT = (
+    "install it with `apt-get install chromium` (Debian/Ubuntu) and "
+    "`pip install playwright` (no `playwright install` needed), or set TUNEFLEET_CHROMIUM"
+)
+# How long a browser-side expectation may take: live updates arrive in well under a
+# second, but the machine may be busy (agents and the orchestrator are real processes).
+UI_TIMEOUT_MS = 20_000
+
+
+def chromium_path() -> str | None:
+    candidates = [
+        os.environ.get("TUNEFLEET_CHROMIUM"),
+        shutil.which("chromium"),
+        "/usr/bin/chromium",
+    ]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+# --- processes ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ui_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    configs = tmp_path_factory.mktemp("ui") / "configs"
+    # ~4 s of training: long enough to watch the log grow, short enough for the suite.
+    write_tiny_config(configs, "tiny-watch", max_train_steps=80, step_seconds=0.05)
+    write_tiny_config(configs, "tiny-quick", max_train_steps=20, step_seconds=0.02)
+    return configs
+
+
+@pytest.fixture(scope="session")
+def orchestrator(
+    tmp_path_factory: pytest.TempPathFactory, ui_configs: Path
+) -> Iterator[Orchestrator]:
+    """One orchestrator for the browser suite; tests use their own uniquely named workers."""
+    orch = Orchestrator(tmp_path_factory.mktemp("ui-data"), ui_configs).start()
+    yield orch
+    # Not stop(): a clean stop waits out the shutdown timeout (10 s) while a closed page's
+    # /api/events handler is still waiting for its next ping; nothing here tests stopping.
+    orch.kill()
+
+
+@pytest.fixture
+def agents() -> Iterator[list[Agent]]:
+    started: list[Agent] = []
+    yield started
+    for agent in started:
+        agent.stop()
+
+
+@pytest.fixture
+def start_agent(
+    orchestrator: Orchestrator, agents: list[Agent], tmp_path: Path
+) -> Callable[..., Agent]:
+    def start(token: str, name: str, orch: Orchestrator | None = None) -> Agent:
+        target = orch or orchestrator
+        agent = Agent(target.url, token, tmp_path / f"work-{name}", name, persistent=True).start()
+        agents.append(agent)
+        return agent
+
+    return start
+
+
+# --- the browser ----------------------------------------------------------------------------
+
+
+# Module scope, not session: Playwright's sync API keeps an event loop running in this
+# thread while it is open, and asyncio tests (here and in other areas) cannot start
+# their own loop meanwhile.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip(f"no Chromium found for the browser tests: {INSTALL_HINT}")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip(f"the playwright package is missing for the browser tests: {INSTALL_HINT}")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@dataclass
+class PageProblems:
+    """What the browser complained about: script errors and blocked resources (CSP)."""
+
+    errors: list[str] = field(default_factory=list)
+
+    def unexpected(self) -> list[str]:
+        # A refused token or permission is logged by Chromium as a failed resource load;
+        # the tests provoke those on purpose.
+        expected = re.compile(r"status of (401|403)")
+        return [e for e in self.errors if not expected.search(e)]
+
+
+@pytest.fixture
+def problems() -> PageProblems:
+    return PageProblems()
+
+
+def _page(
+    browser: Any, request: pytest.FixtureRequest, problems: PageProblems, **context: Any
+) -> Iterator[Any]:
+    ctx = browser.new_context(**context)
+    ctx.set_default_timeout(UI_TIMEOUT_MS)
+    page = ctx.new_page()
+    page.on("pageerror", lambda error: problems.errors.append(f"pageerror: {error}"))
+    page.on(
+        "console",
+        lambda message: message.type == "error" and problems.errors.append(message.text),
+    )
+    yield page
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        SCREENSHOTS.mkdir(exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    ctx.close()
+
+
+@pytest.fixture
+def page(browser: Any, request: pytest.FixtureRequest, problems: PageProblems) -> Iterator[Any]:
+    yield from _page(browser, request, problems, viewport={"width": 1280, "height": 800})
+
+
+@pytest.fixture
+def phone_page(
+    browser: Any, request: pytest.FixtureRequest, problems: PageProblems
+) -> Iterator[Any]:
+    yield from _page(
+        browser,
+        request,
+        problems,
+        viewport={"width": 390, "height": 844},
+        is_mobile=True,
+        has_touch=True,
+    )
+
+
+def sign_in(page: Any, orch: Orchestrator, token: str = ADMIN_TOKEN, route: str = "") -> None:
+    page.goto(f"{orch.url}/{route}")
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.locator("#app").wait_for(state="visible")
+    page.locator("#conn[data-state='live']").wait_for()

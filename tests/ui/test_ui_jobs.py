@@ -1,0 +1,125 @@
+"""The researcher's paths in the browser: the qualifying-workers preview, submitting a job
+and watching its progress and log live, cancelling a waiting job; and the audit page."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Agent, Orchestrator
+from tests.ui.conftest import INSTALL_HINT, PageProblems, sign_in
+
+expect = pytest.importorskip("playwright.sync_api", reason=INSTALL_HINT).expect
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def test_researcher_submits_a_job_and_watches_its_progress_and_log_live(
+    page: Any,
+    orchestrator: Orchestrator,
+    start_agent: Callable[..., Agent],
+    problems: PageProblems,
+) -> None:
+    suite = unique("suite")
+    worker = unique("ui-trainer")
+    job_name = unique("watch")
+    created = orchestrator.create_worker(worker, labels={"suite": suite})
+    start_agent(created["token"], worker)
+    orchestrator.wait_worker(created["worker_id"], "idle")
+    sign_in(page, orchestrator, route="#/queue")
+
+    page.get_by_role("button", name="+ Submit job").click()
+    form = page.get_by_role("form", name="Submit a job")
+    form.get_by_label("Configuration").select_option("tiny-watch")
+    form.get_by_label("Job name (optional)").fill(job_name)
+    form.get_by_text("Remote worker", exact=True).click()
+    form.get_by_role("button", name="+ Add label requirement").click()
+    glob = form.get_by_label("label requirement 1 glob")
+    form.get_by_label("label requirement 1 key").fill("suite")
+    preview = page.locator("#sj-preview")
+
+    glob.fill("elsewhere-*")
+    expect(preview).to_contain_text("0 of")
+    expect(preview).to_contain_text(f"label suite={suite} does not match elsewhere-*")
+    glob.fill("suite-" + suite.removeprefix("suite-")[:3] + "*")
+    expect(preview.get_by_role("list", name="Qualifying workers")).to_have_text(f"{worker}idle")
+    expect(preview).to_contain_text(f"it would start at once on {worker}")
+
+    form.get_by_role("button", name="Submit job").click()
+    row = page.locator("#jobs-table tbody tr", has_text=job_name)
+    expect(row).to_have_count(1)
+    expect(page.locator(".toast.success")).to_contain_text(f"dispatched to {worker}")
+    row.get_by_role("link", name=job_name).click()
+
+    expect(page.get_by_role("heading", name=job_name)).to_be_visible()
+    lines = page.locator("#job-log .ln")
+    expect(lines.first).to_be_visible()
+    expect(page.locator(".job-head .badge")).to_have_text("running")
+    seen_while_running = lines.count()
+    expect(page.locator("#job-percent")).to_have_text("100%", timeout=30_000)
+    expect(page.locator(".job-head .badge")).to_have_text("completed")
+    expect(page.locator("#job-log .end")).to_contain_text("job completed")
+    assert lines.count() > seen_while_running, "the log tail did not grow while the job ran"
+    expect(page.locator("#log-count")).to_have_text(f"{lines.count()} lines")
+    expect(page.locator('#job-charts figure[data-metric="loss"] svg')).to_be_visible()
+    timeline = page.locator("#job-timeline")
+    for step in ("Submitted", f"Dispatched to {worker}", f"Running on {worker}", "Completed"):
+        expect(timeline).to_contain_text(step)
+
+    page.get_by_role("link", name="← Queue").click()
+    expect(row.get_by_role("progressbar")).to_have_attribute("aria-valuenow", "100")
+    expect(row.locator(".badge")).to_have_text("completed")
+    assert problems.unexpected() == []
+
+
+def test_a_waiting_job_shows_why_and_can_be_cancelled(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    job_name = unique("never")
+    submitted = orchestrator.submit(
+        config_name="tiny-quick", name=job_name, target="worker", worker_labels={"team": "nobody"}
+    )
+    sign_in(page, orchestrator, route="#/queue?status=pending")
+    row = page.locator("#jobs-table tbody tr", has_text=job_name)
+    expect(row.locator(".badge")).to_have_text("pending")
+    expect(row).to_contain_text("no worker")
+
+    row.get_by_role("button", name=f"Cancel job {job_name}").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("leaves the queue")
+    dialog.get_by_role("button", name="Cancel job").click()
+    expect(page.locator(".toast.success")).to_contain_text("cancelled")
+    expect(row).to_have_count(0)  # the filter shows pending jobs only
+    assert orchestrator.job(submitted["job_id"])["status"] == "cancelled"
+    assert problems.unexpected() == []
+
+
+def test_the_job_page_of_an_unknown_job_says_so(page: Any, orchestrator: Orchestrator) -> None:
+    sign_in(page, orchestrator, route="#/jobs/j_doesnotexist")
+    expect(page.get_by_role("alert")).to_contain_text("There is no job j_doesnotexist")
+
+
+def test_audit_page_verifies_the_chain_and_filters_events(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    orchestrator.create_worker(unique("audited"))
+    sign_in(page, orchestrator, route="#/audit")
+    expect(page.locator("#audit-verify")).to_contain_text("Hash chain intact")
+    page.get_by_label("Kind").fill("worker.created")
+    page.get_by_role("button", name="Apply").click()
+    kinds = page.locator("#audit-table tbody tr td:nth-child(3)")
+    expect(kinds.first).to_have_text("worker.created")
+    assert set(kinds.all_inner_texts()) == {"worker.created"}
+    assert "kind=worker.created" in page.url  # filters live in the address, for links
+
+    page.get_by_label("Kind").fill("no.such.kind")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text("No audit events match")).to_be_visible()
+    assert problems.unexpected() == []
