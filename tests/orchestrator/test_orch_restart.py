@@ -287,3 +287,23 @@ async def test_a_job_whose_worker_was_already_offline_at_the_restart_is_requeued
     reply = await gone.register(current_job_id=job_id)
     assert reply["abandon_job"] == job_id
     assert after.worker_state(gone.worker_id) == "idle"
+
+
+async def test_events_queued_after_a_restart_reach_an_agent_that_saw_later_ids_before(
+    harness: FleetHarness,
+) -> None:
+    """Event ids keep increasing across a restart, so Last-Event-ID replay never skips
+    an event the agent has not seen."""
+    agent = await harness.agent("w1")
+    job_id = await _running_job(harness, agent)
+    await harness.fleet.drain(agent.worker_id, actor="admin")  # a drain, then a restart
+    agent.read()
+    seen = agent.last_event_id
+    after = await harness.restart(5.0, agent)
+    await after.fleet.cancel(job_id, actor="alice")  # queued while the agent is away
+    await agent.register(current_job_id=job_id)
+    await agent.connect(seen)
+    await after.settle()
+    cancels = agent.received("job_cancel")
+    assert [e.data["job_id"] for e in cancels] == [job_id]
+    assert seen is not None and (cancels[0].event_id or 0) > seen

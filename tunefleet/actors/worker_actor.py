@@ -33,6 +33,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         self.drain_requested = record.drain_requested
         self.current_job_id = record.current_job_id
         self.outbox = Outbox(record.last_event_id)
+        self.saved_event_id = record.last_event_id
         self.connection: StreamConnection | None = None
         self.force_replay_job: str | None = None
         # The job whose final report's response is not yet on the wire; no dispatch
@@ -74,6 +75,17 @@ class WorkerActor(WorkerFsmMixin, Actor):
     # --- message handling ------------------------------------------------------------
 
     async def receive(self, message: object) -> object:
+        reply = await self._handle(message)
+        if self.outbox.last_event_id != self.saved_event_id:
+            # Ids must not start over after a restart: an agent reconnecting with a
+            # Last-Event-ID it saw before would be denied the events pushed since.
+            await self.ctx.persistence.save_worker_event_id(
+                self.worker_id, self.outbox.last_event_id
+            )
+            self.saved_event_id = self.outbox.last_event_id
+        return reply
+
+    async def _handle(self, message: object) -> object:
         match message:
             case m.HeartbeatReceived():
                 return await self.on_heartbeat(message)
@@ -282,6 +294,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             return
         self.push("job_submit", msg.payload, msg.job_id)
         await self._persist(last_event_id=self.outbox.last_event_id)
+        self.saved_event_id = self.outbox.last_event_id
 
     async def on_job_released(self, msg: m.JobReleased) -> None:
         if self.current_job_id != msg.job_id:
