@@ -307,3 +307,21 @@ async def test_events_queued_after_a_restart_reach_an_agent_that_saw_later_ids_b
     cancels = agent.received("job_cancel")
     assert [e.data["job_id"] for e in cancels] == [job_id]
     assert seen is not None and (cancels[0].event_id or 0) > seen
+
+
+async def test_a_worker_row_still_busy_with_a_requeued_job_is_free_after_a_restart(
+    harness: FleetHarness,
+) -> None:
+    """A crash between a job's requeue and its worker's release (two transactions)."""
+    agent = await harness.agent("w1")
+    job_id = await _running_job(harness, agent)
+    await harness.close()
+    db = await open_database(None, harness.data_dir)
+    assert await Store(db).cas_job_state(job_id, "running", "pending", worker_id=None)
+    await db.close()
+    after = await harness.restart(5.0, agent)
+    assert after.worker_state(agent.worker_id) == "idle"
+    # The agent's stream comes back (it does not register again): it gets the job.
+    await agent.connect(agent.last_event_id)
+    await after.settle()
+    assert (await after.job(job_id)).worker_id == agent.worker_id

@@ -79,6 +79,9 @@ class Fleet:
         actor.current_job_id = holds
         if holds is not None and actor.state == WorkerState.IDLE:
             actor.state = WorkerState.BUSY
+        elif holds is None and actor.state == WorkerState.BUSY:
+            # Its job was requeued or ended (committed first) and its own row lagged.
+            actor.state = WorkerState.IDLE
         self.ctx.workers[rec.worker_id] = actor
         self.ctx.system.spawn(actor)
         return actor
