@@ -39,13 +39,12 @@ from tunefleet.storage.store import Store
 SETTLE_LIMIT_S = 10.0
 
 
-async def settle(
-    limit_s: float = SETTLE_LIMIT_S, ignore: Callable[[asyncio.Task[Any]], bool] | None = None
-) -> None:
+async def settle(limit_s: float = SETTLE_LIMIT_S) -> None:
     """Wait until no task but the caller's is pending (actors idle, DB replies delivered).
 
     An idle actor owns no task, so "no other task" means every mailbox is empty and no
-    handler is waiting on the DB thread. ``ignore`` skips long-lived tasks (a runner).
+    handler is waiting on the DB thread. Not for fleets with long-lived tasks (a local
+    runner): those tests use the real clock and ``eventually``.
     """
     loop = asyncio.get_running_loop()
     me = asyncio.current_task()
@@ -53,11 +52,7 @@ async def settle(
     quiet_rounds = 0
     spins = 0
     while quiet_rounds < 3:
-        busy = [
-            t
-            for t in asyncio.all_tasks()
-            if t is not me and not t.done() and not (ignore is not None and ignore(t))
-        ]
+        busy = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
         if busy:
             quiet_rounds = 0
             spins += 1
