@@ -40,7 +40,9 @@ _DATALOADER_FILE = "multidatabackend.json"
 _DATALOADER_KEYS = ("data_backend_config", "--data_backend_config")
 COMMAND_KEY = "tunefleet_command"
 _MAX_LISTED = 10
-_BAD_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
+_BAD_NAME = re.compile(r"[\\\x00-\x1f\x7f]")
+# How deep configurations may sit in folders (SimpleTuner keeps config/examples/<name>).
+_MAX_DEPTH = 3
 
 
 class ConfigNotFound(NotFound):
@@ -109,9 +111,10 @@ class ConfigCatalog:
 
     def _entry(self, name: str) -> ConfigEntry:
         validate_name(name)
-        for candidate in self._paths_for(name):
-            if candidate[0].is_file():
-                path, fmt = candidate
+        root = self.configs_dir.resolve()
+        for path, fmt in self._paths_for(name):
+            # A symlink may not lead a name out of the directory either.
+            if path.is_file() and path.resolve().is_relative_to(root):
                 return ConfigEntry(name, path, fmt, path.stat().st_mtime)
         raise ConfigNotFound(self._not_found_message(name))
 
@@ -123,25 +126,35 @@ class ConfigCatalog:
             yield self.configs_dir / f"{name}{suffix}", fmt
 
     def _candidates(self) -> Iterator[tuple[str, Path, ConfigFormat]]:
-        if not self.configs_dir.is_dir():
-            return
-        children = sorted(self.configs_dir.iterdir())
+        if self.configs_dir.is_dir():
+            yield from self._candidates_in(self.configs_dir, "", 1)
+
+    def _candidates_in(
+        self, folder: Path, prefix: str, depth: int
+    ) -> Iterator[tuple[str, Path, ConfigFormat]]:
+        children = sorted(folder.iterdir())
+        subfolders: list[Path] = []
         for child in children:
             if child.name.startswith(".") or not child.is_dir():
                 continue
             for suffix, fmt in _SUFFIXES:
                 path = child / f"config{suffix}"
                 if path.is_file():
-                    yield child.name, path, fmt
+                    yield prefix + child.name, path, fmt
                     break
+            else:
+                subfolders.append(child)
         for child in children:
             fmt_or_none = _format_of(child)
             if fmt_or_none is None or child.name.startswith(".") or not child.is_file():
                 continue
-            # A top-level data-loader file is not a training configuration.
+            # A data-loader file is not a training configuration.
             if child.stem.startswith("multidatabackend"):
                 continue
-            yield child.stem, child, fmt_or_none
+            yield prefix + child.stem, child, fmt_or_none
+        if depth < _MAX_DEPTH:
+            for sub in subfolders:
+                yield from self._candidates_in(sub, f"{prefix}{sub.name}/", depth + 1)
 
     def _not_found_message(self, name: str) -> str:
         if not self.configs_dir.is_dir():
@@ -181,18 +194,20 @@ class ConfigCatalog:
 
 
 def validate_name(name: str) -> None:
-    """Refuse anything but a plain name, so a request cannot read outside the directory."""
+    """Refuse anything but a relative name inside the directory (``sdxl`` or
+    ``examples/flux.peft-lora``), so a request cannot read outside it."""
     if not name or not name.strip():
         raise ConfigNameInvalid("config name is empty; give the name of a configuration")
+    parts = name.split("/")
     if (
         _BAD_NAME.search(name)
-        or name.startswith(".")
+        or any(not part or part.startswith(".") for part in parts)
         or Path(name).is_absolute()
         or Path(name).drive
     ):
         raise ConfigNameInvalid(
-            f"config name {name!r} is not allowed: use the plain name of a folder or file "
-            "directly inside the configs directory (no path separators, no leading dot)"
+            f"config name {name!r} is not allowed: use the name of a folder or file inside "
+            "the configs directory, with '/' between folder names (no '..', no leading dot)"
         )
 
 

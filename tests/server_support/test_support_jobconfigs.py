@@ -180,7 +180,20 @@ def test_not_found_in_an_empty_or_missing_directory(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["", "  ", "..", "../etc", "a/b", "a\\b", "/etc/passwd", ".hidden", "a\x00b", "line\nbreak"],
+    [
+        "",
+        "  ",
+        "..",
+        "../etc",
+        "a/../../etc",
+        "a//b",
+        "a/.hidden",
+        "a\\b",
+        "/etc/passwd",
+        ".hidden",
+        "a\x00b",
+        "line\nbreak",
+    ],
 )
 def test_names_that_could_escape_are_refused(configs: Path, name: str) -> None:
     catalog = ConfigCatalog(configs)
@@ -284,3 +297,27 @@ def test_lift_command_absent_or_null() -> None:
 def test_lift_command_rejects_bad_values(raw: object, match: str) -> None:
     with pytest.raises(ConfigInvalid, match=match):
         lift_command({"tunefleet_command": raw})
+
+
+def test_nested_configs_are_listed_and_loaded_by_their_path(tmp_path: Path) -> None:
+    # SimpleTuner keeps examples as config/examples/<name>/config.json.
+    nested = tmp_path / "examples" / "flux.peft-lora"
+    nested.mkdir(parents=True)
+    (nested / "config.json").write_text('{"model_family": "flux"}')
+    (tmp_path / "examples" / "plain.json").write_text('{"a": 1}')
+    catalog = ConfigCatalog(tmp_path)
+    names = [entry.name for entry in catalog.names()]
+    assert names == ["examples/flux.peft-lora", "examples/plain"]
+    assert catalog.load("examples/flux.peft-lora") == {"model_family": "flux"}
+    assert catalog.load("examples/plain") == {"a": 1}
+
+
+def test_a_symlink_cannot_lead_a_name_out_of_the_directory(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config.json").write_text('{"secret": true}')
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "escape").symlink_to(outside)
+    with pytest.raises(ConfigNotFound):
+        ConfigCatalog(configs).load("escape")
