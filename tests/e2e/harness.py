@@ -115,7 +115,11 @@ class Orchestrator:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path else ""
 
     def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, token: str | None = ADMIN_TOKEN
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        token: str | None = ADMIN_TOKEN,
     ) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method)
@@ -154,9 +158,12 @@ class Orchestrator:
     def wait_worker(self, worker_id: str, status: str, timeout_s: float = 30.0) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
             worker = self.worker(worker_id)
-            return worker if worker["status"] == status and worker["connected"] == (
-                status not in ("offline", "connecting")
-            ) else None
+            return (
+                worker
+                if worker["status"] == status
+                and worker["connected"] == (status not in ("offline", "connecting"))
+                else None
+            )
 
         return wait_until(reached, timeout_s, 0.1, f"worker {worker_id} to be {status}")  # type: ignore[no-any-return]
 
