@@ -448,8 +448,6 @@ def test_duplicate_permissions_collapse() -> None:
     assert body.permissions == ["queue.submit", "audit.read"]
 
 
-
-
 def test_env_values_are_hidden_in_job_detail() -> None:
     assert hide_env_values({"HF_TOKEN": "hf_secret", "SEED": "1"}) == {
         "HF_TOKEN": "<hidden>",
