@@ -153,3 +153,34 @@ def test_the_page_shows_a_lost_orchestrator_and_reconnects_by_itself(
         first.kill()
         if second is not None:
             second.kill()  # see the orchestrator fixture: a clean stop waits for the page
+
+
+def test_a_token_without_admin_rights_sees_what_it_may_and_is_told_why_not_the_rest(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    created = orchestrator.request(
+        "POST", "/api/admin/tokens", {"name": unique("researcher"), "permissions": ["queue.submit"]}
+    )
+    sign_in(page, orchestrator, token=created["token"])
+    expect(page.get_by_role("note")).to_contain_text("admin.workers")
+    expect(page.get_by_role("button", name="+ Create worker", exact=True)).to_be_hidden()
+    total = len(orchestrator.request("GET", "/api/admin/workers")["workers"])
+    expect(page.get_by_role("button", name=f"Total: {total}")).to_be_visible()
+
+    page.get_by_role("link", name="Queue").click()
+    page.get_by_role("button", name="+ Submit job").click()
+    expect(page.locator("#sj-preview")).to_contain_text("admin.workers")
+    page.get_by_role("link", name="Audit").click()
+    expect(page.get_by_role("note")).to_contain_text("audit.read")
+    # Each refusal is asked once per session, not on every page: the audit log stays quiet.
+    page.get_by_role("link", name="Workers").click()
+    page.get_by_role("link", name="Audit").click()
+    denied = orchestrator.request("GET", "/api/audit?outcome=denied&limit=500")["events"]
+    prefix = f"token {created['id']} lacks "
+    refused = [
+        e["detail"]["reason"].removeprefix(prefix)
+        for e in denied
+        if e["detail"].get("reason", "").startswith(prefix)
+    ]
+    assert sorted(refused) == ["admin.workers", "audit.read"]
+    assert problems.unexpected() == []

@@ -3,9 +3,10 @@
 import { h, svg } from './dom.js';
 import { metric } from './format.js';
 
-const W = 480;
-const H = 180;
 const M = { left: 46, right: 12, top: 10, bottom: 24 };
+// Heights of the main metric's chart and of the small multiples; widths follow the page,
+// so axis text keeps its real size at any width.
+export const HEIGHTS = { primary: 200, small: 150 };
 const MAX_DRAWN = 800;
 
 function niceStep(range, count) {
@@ -42,7 +43,7 @@ function thin(points) {
   return out;
 }
 
-export function lineChart(points, name) {
+export function lineChart(points, name, [W, H] = [360, HEIGHTS.small]) {
   const xs = points.map((p) => p.x);
   const ys = points.map((p) => p.y);
   let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
@@ -79,19 +80,19 @@ export function lineChart(points, name) {
     svg('circle', { class: 'dot', cx: px(last.x).toFixed(1), cy: py(last.y).toFixed(1), r: 3 }));
 }
 
-/** A titled chart panel; update(points) redraws it. */
-export function chartPanel(name) {
+/** A titled chart panel; update(points) redraws it. The primary one is drawn wide. */
+export function chartPanel(name, { primary = false } = {}) {
   const value = h('span', { class: 'value' });
   const holder = h('div');
-  const el = h('figure', { class: 'chart', dataset: { metric: name } },
+  const el = h('figure', { class: primary ? 'chart primary' : 'chart', dataset: { metric: name } },
     h('figcaption', { class: 'chart-head' }, h('h3', {}, name), value), holder);
-  el.classList.add('chart');
   return {
     el,
     update(points) {
       if (!points.length) return;
       value.textContent = metric(points[points.length - 1].y);
-      holder.replaceChildren(lineChart(points, name));
+      const width = Math.max(220, Math.round(holder.clientWidth || 360));
+      holder.replaceChildren(lineChart(points, name, [width, primary ? HEIGHTS.primary : HEIGHTS.small]));
     },
   };
 }

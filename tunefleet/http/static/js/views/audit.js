@@ -156,8 +156,9 @@ export function mount(main, { params }) {
   if (!session.may('audit.read')) {
     content.replaceChildren(permissionNote('audit.read', 'read the audit log'));
   } else {
-    verify();
-    reload();
+    // The list first (quick), then the verification, which reads the whole chain; and
+    // one refusal, not two, for a token without audit.read.
+    reload().then(() => session.may('audit.read') && verify());
   }
 
   return {

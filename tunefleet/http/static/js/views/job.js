@@ -63,7 +63,7 @@ export function mount(main, { args }) {
   const timeline = h('ol', { class: 'timeline', id: 'job-timeline', 'aria-label': 'Timeline' });
   const requirements = h('dl', { class: 'facts' });
   const configBox = h('div', { class: 'card-body' });
-  const notice = h('div');
+  const notice = h('div', { class: 'notice' });
 
   const logs = logPanel(jobId, {
     onLine: (line) => {
@@ -145,15 +145,18 @@ export function mount(main, { args }) {
   const drawCharts = perFrame(() => {
     const names = history.names();
     chartsNote.hidden = names.length > 0;
-    for (const name of names) {
-      let panel = charts.get(name);
-      if (!panel) {
-        panel = chartPanel(name);
-        charts.set(name, panel);
-        chartsBox.append(panel.el);
+    names.forEach((name, i) => {
+      const primary = i === 0; // loss, when reported: names() puts it first
+      let entry = charts.get(name);
+      if (!entry || entry.primary !== primary) {
+        const panel = chartPanel(name, { primary });
+        if (entry) entry.panel.el.replaceWith(panel.el);
+        entry = { panel, primary };
+        charts.set(name, entry);
       }
-      panel.update(history.points(name));
-    }
+      chartsBox.append(entry.panel.el); // keeps the panels in names() order
+      entry.panel.update(history.points(name));
+    });
   });
 
   function renderTimeline() {
@@ -270,6 +273,8 @@ export function mount(main, { args }) {
     fleet.subscribe(() => job && (renderFacts(), renderTimeline())),
   ];
   const ticker = setInterval(() => job && renderFacts(), 1000);
+  const redraw = () => drawCharts();
+  window.addEventListener('resize', redraw);
   reload();
   logs.start();
 
@@ -277,6 +282,7 @@ export function mount(main, { args }) {
     unmount() {
       offs.forEach((off) => off());
       clearInterval(ticker);
+      window.removeEventListener('resize', redraw);
       reloadSoon.cancel();
       logs.stop();
     },

@@ -49,7 +49,7 @@ function gpuCell(w) {
           const label = `GPU ${i}: ${Math.round(pct)}%${used[i] !== undefined ? `, ${gb(used[i])} used` : ''}`;
           return h('div', { class: 'u', role: 'listitem', title: label },
             h('span', { 'aria-hidden': 'true' }, `${Math.round(pct)}%`),
-            bar(pct, { kind: pct >= 90 ? 'high' : '', label }));
+            bar(pct, { label }));
         }))
       : null);
 }
@@ -116,7 +116,8 @@ export function mount(main) {
       label: 'Worker', sig: (w) => `${w.name}|${w.hostname}|${w.is_local}`,
       render: (w) => h('div', {},
         h('div', { class: 'cell-title' }, w.name),
-        h('div', { class: 'cell-sub' }, [w.worker_id, w.hostname].filter(Boolean).join(' · '))),
+        h('div', { class: 'cell-sub' }, w.worker_id),
+        w.hostname && w.hostname !== w.name ? h('div', { class: 'cell-sub', title: 'host name' }, w.hostname) : null),
     },
     {
       label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}`,
@@ -222,6 +223,24 @@ export function mount(main) {
     });
   }
 
+  // Without admin.workers the list is closed, but the queue statistics still count workers.
+  let statsAsked = false;
+  async function countsFromStats() {
+    if (statsAsked) return;
+    statsAsked = true;
+    try {
+      const { workers } = await get('/api/queue/stats');
+      for (const [status, el] of counterEls) {
+        const value = status ? workers[status] : workers.total;
+        el.value.textContent = String(value ?? 0);
+        el.button.disabled = true;
+        el.button.setAttribute('aria-label', `${el.label}: ${value ?? 0}`);
+      }
+    } catch {
+      statsAsked = false;
+    }
+  }
+
   function setStatus(status) {
     statusFilter = status;
     statusSelect.value = status;
@@ -235,6 +254,7 @@ export function mount(main) {
     createButton.hidden = fleet.denied;
     if (fleet.denied) {
       denied.replaceChildren(permissionNote('admin.workers', 'see and manage workers'));
+      countsFromStats();
       return;
     }
     const all = fleet.list().sort((a, b) => (a.is_local - b.is_local) || a.name.localeCompare(b.name));
