@@ -242,3 +242,45 @@ async def test_a_retried_final_report_gets_the_same_answer(harness: FleetHarness
     await agent.report(job_id, "completed")
     assert await agent.report(job_id, "completed") == {"success": True}
     assert (await harness.timeline_kinds(job_id)).count("completed") == 1
+
+
+async def test_a_job_the_agent_stopped_on_its_own_is_requeued_not_cancelled(
+    harness: FleetHarness,
+) -> None:
+    """An agent shutting down stops its job and says cancelled: not the job's fault."""
+    agent = await harness.agent("w1")
+    job_id = await _busy(harness, agent)
+    await agent.report(job_id, "cancelled", error="agent shutting down")
+    first = (await harness.attempts(job_id))[0]
+    assert first.outcome == "lost"
+    assert first.reason == f"worker {agent.worker_id} stopped the job: agent shutting down"
+    job = await harness.job(job_id)
+    assert (job.state, job.attempts) == ("dispatched", 2)
+
+
+# --- deleting workers ------------------------------------------------------------------
+
+
+async def test_deleting_a_busy_worker_needs_force_and_then_requeues_its_job(
+    harness: FleetHarness,
+) -> None:
+    doomed = await harness.agent("doomed")
+    job_id = await _busy(harness, doomed)
+    with pytest.raises(Conflict, match="drain it"):
+        await harness.fleet.delete_worker(doomed.worker_id, force=False, actor="admin")
+    assert await harness.job_state(job_id) == "running"
+
+    lost = await harness.fleet.delete_worker(doomed.worker_id, force=True, actor="admin")
+    await harness.settle()
+    assert lost == job_id
+    [shutdown] = doomed.received("shutdown")
+    assert "deleted" in shutdown.data["reason"]
+    assert doomed.stream_closed
+    assert await harness.store.get_worker(doomed.worker_id) is None
+    with pytest.raises(NotFound):
+        await doomed.heartbeat()
+    first = (await harness.attempts(job_id))[0]
+    assert first.outcome == "lost" and first.reason == f"worker {doomed.worker_id} deleted"
+    # Requeued: the next worker to come gets it.
+    heir = await harness.agent("heir")
+    assert heir.submitted_jobs() == [job_id]

@@ -186,7 +186,10 @@ class JobActor(JobFsmMixin, Actor):
             await self._end("cancel", JobState.CANCELLED, self.stop_reason, now)
         else:
             # The agent stopped the job on its own (it is shutting down): not the job's fault.
-            await self._requeue_or_fail(f"worker {self.worker_id} stopped the job: {error}", now)
+            # The worker no longer runs it either, so it is released like any final report.
+            reason = f"worker {self.worker_id} stopped the job: {error}"
+            self._release_worker(hold=True)
+            await self._requeue_or_fail(reason, now)
             return
         self._release_worker(hold=True)
         await self._stop_self()
