@@ -8,6 +8,7 @@ never acknowledged is sent again. Pings are not kept.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,55 @@ class StreamEvent:
     job_id: str | None = None
 
 
+class EventQueue:
+    """A queue for one reader: what ``asyncio.Queue`` does here, at a fraction of the
+    memory (one deque instead of four, no task for a timed wait), since every connected
+    worker holds one for as long as its stream is open."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[StreamEvent | None] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: StreamEvent | None) -> None:
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def get_nowait(self) -> StreamEvent | None:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    async def get(self, timeout_s: float | None = None) -> StreamEvent | None:
+        """The next item; TimeoutError when none came within ``timeout_s``."""
+        if not self._items:
+            if self._waiter is not None:
+                raise RuntimeError("an EventQueue has one reader at a time")
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = None if timeout_s is None else loop.call_later(timeout_s, _time_out, waiter)
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        return self._items.popleft()
+
+
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 class StreamConnection:
     """One open SSE response. The HTTP adapter reads events from ``queue``;
     ``None`` in the queue means the orchestrator closed the stream."""
@@ -31,7 +81,7 @@ class StreamConnection:
 
     def __init__(self) -> None:
         self.connection_id = next(_connection_ids)
-        self.queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
+        self.queue = EventQueue()
 
     def send(self, event: StreamEvent) -> None:
         self.queue.put_nowait(event)

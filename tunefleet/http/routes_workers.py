@@ -85,7 +85,7 @@ async def worker_stream(request: web.Request) -> web.StreamResponse:
         await sse.prepare(request)
         while True:
             try:
-                event = await asyncio.wait_for(conn.queue.get(), timeout=ping_s)
+                event = await conn.queue.get(timeout_s=ping_s)
             except TimeoutError:
                 await sse.send('{"type": "ping"}', event="ping")
                 continue
@@ -112,7 +112,8 @@ async def _send(sse: EventSourceResponse, event: StreamEvent) -> None:
 
 def _last_event_id(request: web.Request) -> int | None:
     raw = request.headers.get("Last-Event-ID", "").strip()
-    return int(raw) if raw.isdigit() and len(raw) < 19 else None
+    # isdigit() alone accepts "²" and other Unicode digits that int() refuses.
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
 
 
 @routes.route(
