@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -71,6 +72,17 @@ def test_keyboard_reaches_the_content_and_dialogs_trap_and_return_focus(
     page.keyboard.press("Escape")
     expect(page.get_by_role("dialog")).to_have_count(0)
     expect(opener).to_be_focused()
+
+    # A worker action by keyboard alone; focus stays in the row as its buttons change.
+    name = "ui-keyboard-" + uuid.uuid4().hex[:6]
+    orchestrator.create_worker(name)
+    row = page.locator("#workers-table tbody tr", has_text=name)
+    row.get_by_role("button", name=f"Drain {name}").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("dialog").get_by_role("button", name="Drain")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(row).to_contain_text("drain requested")
+    expect(row.get_by_role("button", name=f"Resume {name}")).to_be_focused()
 
     page.get_by_role("link", name="Queue").focus()
     page.keyboard.press("Enter")

@@ -111,7 +111,14 @@ export class KeyedRows {
         const sig = column.sig(item);
         if (row.sigs[i] === sig) return;
         row.sigs[i] = sig;
-        row.tr.children[i].replaceChildren(...[column.render(item)].flat().filter((n) => n !== null && n !== undefined));
+        const cell = row.tr.children[i];
+        // A rebuilt cell keeps keyboard focus on the control with the same name.
+        const focused = cell.contains(document.activeElement) ? document.activeElement.getAttribute('aria-label') : null;
+        cell.replaceChildren(...[column.render(item)].flat().filter((n) => n !== null && n !== undefined));
+        if (focused) {
+          const again = [...cell.querySelectorAll('[aria-label]')].find((el) => el.getAttribute('aria-label') === focused);
+          (again ?? row.tr.querySelector('button:not([disabled])'))?.focus();
+        }
       });
       const expected = previous ? previous.nextSibling : this.tbody.firstChild;
       if (expected !== row.tr) this.tbody.insertBefore(row.tr, expected);

@@ -121,8 +121,8 @@ export function mount(main, { params }) {
     {
       label: 'Status', sig: (j) => `${j.status}|${j.queue_position}|${j.wait_reason}|${j.error}`,
       render: (j) => h('div', {}, badge(j.status),
-        j.status === 'pending' && j.wait_reason ? h('div', { class: 'cell-sub status-note', title: j.wait_reason }, j.wait_reason.length > 60 ? `${j.wait_reason.slice(0, 58)}…` : j.wait_reason) : null,
-        j.status === 'failed' && j.error ? h('div', { class: 'cell-sub status-note', title: j.error }, j.error.length > 60 ? `${j.error.slice(0, 58)}…` : j.error) : null),
+        j.status === 'pending' && j.wait_reason ? h('div', { class: 'cell-note status-note', title: j.wait_reason }, j.wait_reason.length > 60 ? `${j.wait_reason.slice(0, 58)}…` : j.wait_reason) : null,
+        j.status === 'failed' && j.error ? h('div', { class: 'cell-note status-note', title: j.error }, j.error.length > 60 ? `${j.error.slice(0, 58)}…` : j.error) : null),
     },
     { label: 'Progress', sig: (j) => `${j.status}|${JSON.stringify(j.progress)}`, render: progressCell },
     {

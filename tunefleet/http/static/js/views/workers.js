@@ -58,8 +58,8 @@ function jobCell(w) {
   if (!w.current_job_id) return h('span', { class: 'faint' }, '—');
   const pct = percentOf(w.job_progress);
   return h('div', {},
-    h('a', { href: jobHref(w.current_job_id), class: 'mono' }, w.current_job_id),
-    pct !== null ? h('div', { class: 'cell-sub' }, `${pct.toFixed(0)}%`) : null);
+    h('a', { href: jobHref(w.current_job_id), class: 'mono job-link', title: w.current_job_id }, w.current_job_id),
+    pct !== null ? h('div', { class: 'cell-note' }, `${pct.toFixed(0)}% done`) : null);
 }
 
 function uptime(w, now) {
@@ -70,7 +70,7 @@ function uptime(w, now) {
 export function mount(main) {
   let statusFilter = '';
   let labelFilter = '';
-  let busy = new Set(); // worker ids with an action in flight
+  const busy = new Set(); // worker ids with an action in flight
 
   const statusSelect = h('select', { id: 'wf-status' },
     h('option', { value: '' }, 'All statuses'),
@@ -93,7 +93,7 @@ export function mount(main) {
   const tbody = h('tbody');
   const table = h('table', { class: 'data', id: 'workers-table' },
     h('caption', { class: 'sr-only' }, 'Workers'),
-    h('thead', {}, h('tr', {}, ['Worker', 'Status', 'GPUs', 'Type', 'Labels', 'Current job', 'Uptime', 'Last seen', 'Actions']
+    h('thead', {}, h('tr', {}, ['Worker', 'Status', 'GPUs', 'Type', 'Labels', 'Current job', 'Uptime · last seen', 'Actions']
       .map((t) => h('th', { scope: 'col', class: t === 'Actions' ? 'actions' : '' }, t === 'Actions' ? h('span', { class: 'sr-only' }, t) : t)))),
     tbody);
   const empty = h('div');
@@ -122,7 +122,7 @@ export function mount(main) {
     {
       label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}`,
       render: (w) => h('div', {}, badge(w.status),
-        w.drain_requested && w.status !== 'draining' ? h('div', { class: 'cell-sub' }, 'drain requested') : null),
+        w.drain_requested && w.status !== 'draining' ? h('div', { class: 'cell-note' }, 'drain requested') : null),
     },
     {
       label: 'GPUs',
@@ -132,18 +132,21 @@ export function mount(main) {
     { label: 'Type', sig: (w) => `${w.worker_type}|${w.is_local}`, render: (w) => (w.is_local ? 'built-in local' : w.worker_type) },
     { label: 'Labels', sig: (w) => JSON.stringify(w.labels), render: (w) => chips(w.labels) },
     { label: 'Current job', sig: (w) => `${w.current_job_id}|${percentOf(w.job_progress)}`, render: jobCell },
-    { label: 'Uptime', className: 'nowrap', sig: (w) => uptime(w, now()), render: (w) => uptime(w, now()) },
     {
-      label: 'Last seen', className: 'nowrap', sig: (w) => ago(w.last_seen, now()),
-      render: (w) => h('span', { title: dateTime(w.last_seen) }, ago(w.last_seen, now())),
+      label: 'Uptime · seen', className: 'nowrap', sig: (w) => `${uptime(w, now())}|${ago(w.last_seen, now())}`,
+      render: (w) => h('div', {},
+        h('div', { title: 'connected for' }, uptime(w, now())),
+        h('div', { class: 'cell-note', title: dateTime(w.last_seen) }, w.last_seen ? `seen ${ago(w.last_seen, now())}` : 'never seen')),
     },
     { label: 'Actions', className: 'actions', sig: (w) => `${w.status}|${w.drain_requested}|${busy.has(w.worker_id)}`, render: actionsCell },
   ], (w) => w.worker_id);
 
   function actionsCell(w) {
-    const disabled = busy.has(w.worker_id);
+    // aria-disabled, not disabled: the button keeps keyboard focus while its action runs.
+    const pending = busy.has(w.worker_id);
     const button = (label, handler, cls = 'btn small') => h('button', {
-      class: cls, type: 'button', disabled, 'aria-label': `${label} ${w.name}`, onClick: () => handler(w),
+      class: cls, type: 'button', 'aria-disabled': pending ? 'true' : null, 'aria-label': `${label} ${w.name}`,
+      onClick: () => !busy.has(w.worker_id) && handler(w),
     }, label);
     const buttons = [];
     if (w.drain_requested || w.status === 'draining') buttons.push(button('Resume', resume));
