@@ -1,6 +1,7 @@
 """Property test of scheduling through the real actors: random fleets (labels, GPU
 counts and VRAM, some draining) and random job mixes submitted through Fleet.submit,
-with random acknowledgements, completions, failures, cancels, losses and returns.
+with random acknowledgements, completions, failures, agents stopping jobs on their own,
+cancels, losses and returns.
 
 After every step the fleet settles, and then:
 - every job_submit an agent got satisfies the job's requirements (unmet is None), went
@@ -31,7 +32,18 @@ GPUS = [("NVIDIA A100-SXM4-80GB", 80.0), ("NVIDIA H100 80GB HBM3", 80.0), ("NVID
 GPU_TYPES = ["a100", "h100", "a10"]
 LABEL_PATTERNS = ["a100", "h*", "a1*", "*"]
 NAME_PATTERNS = ["*A100*", "*H100*", "NVIDIA A10"]
-ACTIONS = ["submit", "ack", "complete", "fail", "cancel", "lose", "return", "drain", "resume"]
+ACTIONS = [
+    "submit",
+    "ack",
+    "complete",
+    "fail",
+    "stop",
+    "cancel",
+    "lose",
+    "return",
+    "drain",
+    "resume",
+]
 # Fast fsyncs where the machine has a RAM disk; it is still a real SQLite file.
 _RAM_DISK = Path("/dev/shm")
 
@@ -170,7 +182,7 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
         job_id = str((await h.fleet.submit(rec, actor="prop"))["job_id"])
         sim.requirements[job_id] = requirements
         sim.rank[job_id] = (-spec.priority, rec.seq)
-    elif action in ("ack", "complete", "fail") and (agent := sim.pick(sim.holders(), n)):
+    elif action in ("ack", "complete", "fail", "stop") and (agent := sim.pick(sim.holders(), n)):
         held = sim.holding[agent.worker_id]
         assert held is not None
         job_id = held
@@ -179,7 +191,9 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
             await agent.report(job_id, "starting")
         if action != "ack":
             sim.holding[agent.worker_id] = None
-            await agent.report(job_id, "completed" if action == "complete" else "failed")
+            # "stop": the agent stopped it on its own (shutting down) and says cancelled.
+            word = {"complete": "completed", "fail": "failed", "stop": "cancelled"}[action]
+            await agent.report(job_id, word)
     elif action == "cancel" and h.ctx.jobs:
         live = sorted(h.ctx.jobs)
         await h.fleet.cancel(live[n % len(live)], actor="prop")
