@@ -241,7 +241,9 @@ async def list_api_tokens(request: web.Request) -> web.StreamResponse:
 )
 async def revoke_api_token(request: web.Request) -> web.StreamResponse:
     raw = request.match_info["token_id"]
-    if not raw.isdigit():
+    # ASCII digits only ("²" passes isdigit but not int()), and no more than a 64-bit
+    # database id can hold: anything else names no token.
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
         raise ApiError(404, f"API token not found: {raw}; list them with GET /api/admin/tokens")
     store = request.app[keys.STORE]
     if not await store.revoke_api_token(int(raw)):
