@@ -35,7 +35,7 @@ export function logPanel(jobId, { onLine, onEnd }) {
   let controller = null;
   let retryTimer = null;
   let autoScrolling = false;
-  const backoff = new Backoff(1000, 15000);
+  const backoff = new Backoff();
 
   function flushNow() {
     if (!pending.length) return;
