@@ -20,7 +20,7 @@ from PIL import Image
 from playwright.sync_api import Page, sync_playwright
 
 from tests.e2e.harness import Agent, Orchestrator, wait_until, write_tiny_config
-from tests.ui.conftest import CHROMIUM_ARGS, chromium_path, sign_in
+from tests.ui.browser_support import CHROMIUM_ARGS, chromium_path, sign_in
 
 SIMULATED = [
     # name, GPU, VRAM per GPU, count, labels, utilisation per GPU

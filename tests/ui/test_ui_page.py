@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Orchestrator
-from tests.ui.conftest import INSTALL_HINT, PageProblems, sign_in
+from tests.ui.browser_support import INSTALL_HINT, PageProblems, sign_in
 from tunefleet.actors.matching import Requirements, WorkerView, unmet
 
 expect = pytest.importorskip("playwright.sync_api", reason=INSTALL_HINT).expect

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from tests.ui.browser_support import INSTALL_HINT, chromium_path
 from tunefleet.http import ui
 from tunefleet.http.app import ServerOptions, build_app
 
@@ -138,3 +139,14 @@ def test_every_module_import_resolves_to_a_file_and_nothing_comes_from_the_inter
         # The SVG namespace is a name, not a download.
         urls = set(re.findall(r"https?://[^\s'\"`)]+", path.read_text()))
         assert urls <= {"http://www.w3.org/2000/svg"}, (path, urls)
+
+
+def test_chromium_is_found_only_where_it_can_run(tmp_path: Path) -> None:
+    not_executable = tmp_path / "chromium-text"
+    not_executable.write_text("")
+    runnable = tmp_path / "chromium"
+    runnable.write_text("#!/bin/sh\n")
+    runnable.chmod(0o755)
+    assert chromium_path([None, str(tmp_path / "missing"), str(not_executable)]) is None
+    assert chromium_path([None, str(not_executable), str(runnable)]) == str(runnable)
+    assert "apt-get install chromium" in INSTALL_HINT

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import ADMIN_TOKEN, Agent, Orchestrator
-from tests.ui.conftest import INSTALL_HINT, PageProblems, sign_in
+from tests.ui.browser_support import INSTALL_HINT, PageProblems, sign_in
 
 expect = pytest.importorskip("playwright.sync_api", reason=INSTALL_HINT).expect
 
