@@ -76,6 +76,15 @@ export const fleet = {
 live.on('resync', () => fleet.load());
 live.on('worker', (data) => data.worker && !fleet.denied && fleet.upsert(data.worker));
 live.on('worker_deleted', (data) => fleet.remove(data.worker_id));
+// A worker's row shows its job's progress: keep it current between worker events.
+live.on('job_progress', (data) => {
+  for (const worker of fleet.workers.values()) {
+    if (worker.current_job_id === data.job_id) {
+      worker.job_progress = data.progress;
+      fleet.changed();
+    }
+  }
+});
 
 /** Connected: online in the scheduler's sense (not offline, not still connecting). */
 export function isConnected(worker) {
