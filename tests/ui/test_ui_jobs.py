@@ -118,6 +118,8 @@ def test_audit_page_verifies_the_chain_and_filters_events(
     expect(kinds.first).to_have_text("worker.created")
     assert set(kinds.all_inner_texts()) == {"worker.created"}
     assert "kind=worker.created" in page.url  # filters live in the address, for links
+    late = orchestrator.create_worker(unique("late"))  # appears without a reload
+    expect(page.locator("#audit-table tbody tr", has_text=late["worker_id"])).to_have_count(1)
 
     page.get_by_label("Kind").fill("no.such.kind")
     page.get_by_role("button", name="Apply").click()

@@ -147,9 +147,17 @@ export function mount(main, { params }) {
   verifyButton.addEventListener('click', verify);
 
   const reloadSoon = debounce(() => offset === 0 && reload(), 1000);
+  // Only a change of state is audited, not every update of a worker (utilisation, …).
+  const workerStates = new Map();
+  const onWorker = ({ worker }) => {
+    const state = worker && `${worker.status}|${worker.drain_requested}|${worker.connected}`;
+    if (!worker || workerStates.get(worker.worker_id) === state) return;
+    workerStates.set(worker.worker_id, state);
+    reloadSoon();
+  };
   const offs = [
     live.on('resync', () => reloadSoon()),
-    live.on('worker', reloadSoon),
+    live.on('worker', onWorker),
     live.on('worker_deleted', reloadSoon),
     live.on('job', reloadSoon),
   ];
