@@ -125,3 +125,31 @@ def test_audit_page_verifies_the_chain_and_filters_events(
     page.get_by_role("button", name="Apply").click()
     expect(page.get_by_text("No audit events match")).to_be_visible()
     assert problems.unexpected() == []
+
+
+def test_the_timeline_shows_a_lost_worker_and_the_requeue_with_its_reason(
+    page: Any,
+    orchestrator: Orchestrator,
+    start_agent: Callable[..., Agent],
+    problems: PageProblems,
+) -> None:
+    suite = unique("suite")
+    worker = unique("ui-doomed")
+    created = orchestrator.create_worker(worker, labels={"suite": suite})
+    agent = start_agent(created["token"], worker)
+    orchestrator.wait_worker(created["worker_id"], "idle")
+    job = orchestrator.submit(
+        config_name="tiny-watch", target="worker", worker_labels={"suite": suite}
+    )
+    sign_in(page, orchestrator, route=f"#/jobs/{job['job_id']}")
+    expect(page.locator(".job-head .badge")).to_have_text("running")
+
+    agent.kill()  # the machine vanishes; its heartbeats stop
+    timeline = page.locator("#job-timeline")
+    expect(timeline).to_contain_text(f"Requeued from {worker}")
+    expect(timeline).to_contain_text("heartbeat timeout")
+    expect(timeline).to_contain_text("Waiting for a worker")
+    expect(page.locator(".job-head .badge")).to_have_text("pending")
+    orchestrator.request("POST", f"/api/queue/{job['job_id']}/cancel", {})
+    expect(page.locator(".job-head .badge")).to_have_text("cancelled")
+    assert problems.unexpected() == []
