@@ -21,7 +21,13 @@ from tunefleet.http.auth import (
     WorkerPrincipal,
 )
 from tunefleet.http.errors import error_middleware
-from tunefleet.http.openapi import RouteSpec, RouteTable, build_openapi, openapi_handler
+from tunefleet.http.openapi import (
+    SSE_EVENT_SCHEMA,
+    RouteSpec,
+    RouteTable,
+    build_openapi,
+    openapi_handler,
+)
 from tunefleet.http.tokens import hash_token
 
 ClientMaker = Callable[[web.Application], Awaitable[TestClient]]
@@ -225,7 +231,7 @@ def test_request_body_required_only_with_required_fields(document: dict[str, Any
 
 def test_stream_and_model_free_responses(document: dict[str, Any]) -> None:
     stream = document["paths"]["/api/workers/stream"]["get"]["responses"]["200"]
-    assert stream["content"] == {"text/event-stream": {"schema": {"type": "string"}}}
+    assert stream["content"] == {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}}
     health = document["paths"]["/api/health"]["get"]["responses"]
     assert health["200"]["content"] == {"application/json": {"schema": {}}}
     assert set(health) == {"200", "500"}

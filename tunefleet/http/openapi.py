@@ -43,6 +43,28 @@ _STANDARD_ERRORS = {
     "api": (401, "Missing or invalid API token; send Authorization: Bearer <token>"),
     "internal": (500, "Internal error; the detail names a request id to find in the log"),
 }
+EVENT_STREAM = "text/event-stream"
+# What OpenAPI 3.1 tools read a text/event-stream schema as: one event. Every tunefleet
+# stream names its event and sends one JSON object whose "type" repeats that name.
+SSE_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One Server-Sent Event; data is a JSON object whose type repeats event",
+    "properties": {
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer", "minimum": 0},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {
+                "type": "object",
+                "properties": {"type": {"type": "string"}},
+                "required": ["type"],
+            },
+        },
+    },
+    "required": ["event", "data"],
+}
 _SECURITY_SCHEMES = {
     "bearerAuth": {"type": "http", "scheme": "bearer", "description": "An API token (tf_…)"},
     "workerToken": {
@@ -289,6 +311,8 @@ def _responses(spec: RouteSpec, refs: Refs) -> dict[str, Any]:
     if spec.status != 204:
         if spec.response_model is not None:
             schema = refs[(spec.response_model, "serialization")]
+        elif spec.content_type == EVENT_STREAM:
+            schema = SSE_EVENT_SCHEMA
         else:
             schema = {"type": "string"} if spec.content_type != "application/json" else {}
         success["content"] = {spec.content_type: {"schema": schema}}
