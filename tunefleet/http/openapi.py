@@ -95,6 +95,8 @@ class RouteSpec:
     tags: tuple[str, ...] = ()
     operation_id: str = ""
     include_in_schema: bool = True
+    # Also answers with an event stream (a query parameter such as ?follow=true asks).
+    also_streams: bool = False
 
     @property
     def openapi_path(self) -> str:
@@ -133,6 +135,7 @@ class RouteTable(web.RouteTableDef):
         content_type: str = "application/json",
         tags: Iterable[str] = (),
         include_in_schema: bool = True,
+        also_streams: bool = False,
         **kwargs: Any,
     ) -> Callable[[Handler], Handler]:
         """Declare a route; ``auth`` is "none", "worker", "api" or "api:<permission>"."""
@@ -163,6 +166,7 @@ class RouteTable(web.RouteTableDef):
                     tags=tuple(tags) or (_default_tag(path),),
                     operation_id=operation_id,
                     include_in_schema=include_in_schema,
+                    also_streams=also_streams,
                 )
             )
             register = web.RouteTableDef.route(self, method, path, **kwargs)
@@ -316,6 +320,8 @@ def _responses(spec: RouteSpec, refs: Refs) -> dict[str, Any]:
         else:
             schema = {"type": "string"} if spec.content_type != "application/json" else {}
         success["content"] = {spec.content_type: {"schema": schema}}
+        if spec.also_streams:
+            success["content"][EVENT_STREAM] = {"schema": SSE_EVENT_SCHEMA}
     responses: dict[str, Any] = {str(spec.status): success}
     standard: list[tuple[int, str]] = []
     if spec.request_model is not None or spec.query_model is not None:

@@ -203,6 +203,7 @@ async def cancel_job(request: web.Request) -> web.StreamResponse:
     response=JobLogsResponse,
     auth="api",
     errors=_JOB_NOT_FOUND,
+    also_streams=True,
 )
 async def job_logs(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
