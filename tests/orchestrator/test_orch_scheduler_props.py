@@ -271,7 +271,7 @@ async def _scenario(
 
 
 @settings(
-    max_examples=60,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
