@@ -1,0 +1,384 @@
+"""A fleet to break: a real orchestrator (tests/e2e/harness.Orchestrator), restartable
+agents on loopback or each in its own network namespace, jobs of the example trainer
+(through tests/chaos/chaos_trainer.py), and the loop that injects faults while jobs
+are submitted, then heals everything and lets the fleet settle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from tests.chaos import chaos_procs as procs
+from tests.chaos.chaos_evidence import (
+    load_executions,
+    load_jobs,
+    load_ledger,
+    unfinished_trainers,
+)
+from tests.chaos.chaos_faults import FaultInjector, FaultKind, FaultPlan
+from tests.chaos.chaos_invariants import Evidence, Findings
+from tests.chaos.chaos_netns import NetnsLink
+from tests.e2e import harness
+from tests.e2e.harness import Agent, ApiError, Orchestrator
+
+CHAOS_TRAINER = Path(__file__).with_name("chaos_trainer.py")
+AGENT_ENV = {
+    # Above the orchestrator's 15 s ping interval: a stream silent this long is dead.
+    "TUNEFLEET_STREAM_TIMEOUT": "25",
+    # Far beyond any outage a run injects; an agent left behind by a test process that
+    # was killed outright gives up on its vanished orchestrator instead of retrying forever.
+    "TUNEFLEET_RECONNECT_TIMEOUT": "120",
+}
+
+
+@dataclass
+class ChaosAgent(Agent):
+    """tests/e2e's Agent, restartable, on loopback or inside a network namespace."""
+
+    worker_id: str = ""
+    netns: NetnsLink | None = None
+    pids: list[int] = field(default_factory=list)  # every agent process, in order
+    paused_trainers: list[int] = field(default_factory=list)
+    exits_seen: int = 0  # agent processes that ended without the injector's doing
+
+    def start(self) -> ChaosAgent:
+        prefix = self.netns.exec_prefix() if self.netns is not None else []
+        with (
+            mock.patch.object(harness, "TUNEFLEET", [*prefix, *harness.TUNEFLEET]),
+            mock.patch.dict(os.environ, AGENT_ENV),
+        ):
+            super().start()
+        if self.process is not None:
+            self.pids.append(self.process.pid)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return None
+        return self.process.pid
+
+    @property
+    def in_netns(self) -> bool:
+        return self.netns is not None
+
+    def crash(self, *, with_jobs: bool) -> list[int]:
+        """kill -9 the agent; ``with_jobs``: its trainers' process groups too (the machine
+        died), else they are orphaned. Returns the trainers' pids."""
+        if self.process is None:
+            return []
+        procs.signal_pid(self.process.pid, signal.SIGSTOP)  # no new child from now on
+        trainers = procs.children_of(self.process.pid)
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+        if with_jobs:
+            for trainer in trainers:
+                procs.signal_group(trainer, signal.SIGKILL)
+            procs.wait_gone(trainers)
+        return trainers
+
+    def pause(self, *, with_jobs: bool) -> list[int]:
+        if self.process is None:
+            return []
+        procs.signal_pid(self.process.pid, signal.SIGSTOP)
+        self.paused_trainers = procs.children_of(self.process.pid) if with_jobs else []
+        for trainer in self.paused_trainers:
+            procs.signal_group(trainer, signal.SIGSTOP)
+        return list(self.paused_trainers)
+
+    def resume(self) -> None:
+        for trainer in self.paused_trainers:
+            procs.signal_group(trainer, signal.SIGCONT)
+        self.paused_trainers = []
+        if self.process is not None:
+            procs.signal_pid(self.process.pid, signal.SIGCONT)
+
+    def cut(self) -> None:
+        if self.netns is not None:
+            self.netns.down()
+
+    def reconnect(self) -> None:
+        if self.netns is not None and not self.netns.is_up:
+            self.netns.up()
+
+    def restart(self) -> None:
+        self.start()
+
+    def stop(self) -> None:
+        self.resume()
+        self.reconnect()
+        pid = self.pid
+        trainers = procs.children_of(pid) if pid is not None else []
+        super().stop()
+        procs.end_processes([pid for pid in trainers if procs.alive(pid)])
+
+
+@dataclass(frozen=True)
+class ChaosPlan:
+    seconds: float  # how long faults are injected
+    initial_jobs: int
+    submit_gap_s: tuple[float, float]
+    max_jobs: int
+    fault_gap_s: tuple[float, float]
+    kinds: Sequence[FaultKind]
+    settle_timeout_s: float
+    steps: tuple[int, int] = (30, 90)  # the example trainer's max_train_steps, drawn
+    step_seconds: float = 0.03
+    retries: Sequence[int] = (0, 1, 3, 6, 6, 10)  # max_retries, drawn per job
+    max_live: int | None = None  # no new job while this many wait or run (long runs)
+
+
+class ChaosFleet:
+    def __init__(
+        self,
+        root: Path,
+        agent_count: int,
+        netns_links: Sequence[NetnsLink] = (),
+        heartbeat_timeout_s: float = 4.0,
+    ) -> None:
+        self.root = root
+        self.agent_count = agent_count
+        self.netns_links = list(netns_links)
+        self.markers_path = root / "markers.jsonl"
+        self.ledger_path = root / "ledger.jsonl"
+        (root / "configs").mkdir(parents=True, exist_ok=True)
+        # Agents in namespaces reach the orchestrator on the host ends of their veths.
+        listen = ["--host", "0.0.0.0"] if self.netns_links else []
+        self.orchestrator = Orchestrator(
+            root / "data",
+            root / "configs",
+            heartbeat_timeout_s=heartbeat_timeout_s,
+            extra_args=listen,
+        )
+        self.agents: list[ChaosAgent] = []
+        self.accepted: dict[str, float] = {}  # job id → when the orchestrator said yes
+        self.refused_submits = 0
+        self.agent_exits: list[str] = []
+        self.settled = False
+        self.phases: dict[str, float] = {}  # how long each phase took
+
+    # --- bringing it up and down ------------------------------------------------------
+
+    def start(self) -> ChaosFleet:
+        began = time.monotonic()
+        orch = self.orchestrator.start()
+        for index in range(self.agent_count):
+            link = self.netns_links[index] if index < len(self.netns_links) else None
+            name = f"chaos-{index}" + ("-ns" if link else "")
+            created = orch.create_worker(name, "persistent")
+            url = f"http://{link.host_addr}:{orch.port}" if link else orch.url
+            agent = ChaosAgent(
+                url,
+                created["token"],
+                self.root / f"work-{name}",
+                name,
+                persistent=True,
+                worker_id=created["worker_id"],
+                netns=link,
+            )
+            self.agents.append(agent.start())
+        for agent in self.agents:
+            orch.wait_worker(agent.worker_id, "idle", timeout_s=60)
+        self.phases["start_s"] = round(time.monotonic() - began, 1)
+        return self
+
+    def stop(self) -> None:
+        """Everything this fleet started ends, whatever state the run left it in."""
+        for agent in self.agents:  # all at once: each may take a few seconds
+            agent.resume()
+            agent.reconnect()
+            if agent.pid is not None:
+                procs.signal_pid(agent.pid, signal.SIGTERM)
+        for agent in self.agents:
+            agent.stop()
+        self.orchestrator.stop()
+        self.end_stray_trainers()
+
+    def end_stray_trainers(self) -> list[int]:
+        """Trainers still running with no agent to answer to (orphans of kill -9)."""
+        stray = [
+            pid
+            for pid in unfinished_trainers(self.markers_path)
+            if procs.alive(pid) and CHAOS_TRAINER.name in procs.cmdline(pid)
+        ]
+        procs.end_processes(stray)
+        return stray
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def submit(self, rng: random.Random, plan: ChaosPlan) -> str | None:
+        config = {
+            "max_train_steps": rng.randint(*plan.steps),
+            "step_seconds": plan.step_seconds,
+            "output_dir": "output",
+            "log_every": 5,
+            "ledger_path": str(self.ledger_path),
+            "chaos_markers_path": str(self.markers_path),
+        }
+        body: dict[str, Any] = {
+            "name": f"chaos-{len(self.accepted) + self.refused_submits}",
+            "config": config,
+            "command": ["python", str(CHAOS_TRAINER)],
+            "target": "worker",
+            "max_retries": rng.choice(list(plan.retries)),
+            "priority": rng.choice((0, 0, 0, 5)),
+        }
+        try:
+            job_id = str(self.orchestrator.submit(**body)["job_id"])
+        except (OSError, ApiError, ValueError):
+            self.refused_submits += 1  # the orchestrator is down: not accepted, not counted
+            return None
+        self.accepted[job_id] = time.time()
+        return job_id
+
+    def live_jobs(self) -> int | None:
+        try:
+            stats = self.orchestrator.request("GET", "/api/queue/stats")
+        except (OSError, ApiError, ValueError):
+            return None
+        return int(stats["queue_depth"]) + int(stats["dispatched"]) + int(stats["running"])
+
+    def settle(self, timeout_s: float) -> bool:
+        """Wait (bounded) until no job is pending, dispatched or running."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.live_jobs() == 0:
+                return True
+            self.watch_agents()
+            time.sleep(0.25)
+        return False
+
+    def watch_agents(self, impaired: set[str] | None = None) -> None:
+        """A persistent agent never exits by itself: note it, and start it again."""
+        for agent in self.agents:
+            if agent.process is None or agent.name in (impaired or set()):
+                continue
+            code = agent.process.poll()
+            if code is not None:
+                self.agent_exits.append(
+                    f"agent {agent.name} exited by itself with code {code}: {agent.log()[-1500:]}"
+                )
+                agent.start()
+
+    # --- the run ---------------------------------------------------------------------------
+
+    def run(self, plan: ChaosPlan, seed: int) -> FaultInjector:
+        """Submit jobs and inject faults for ``plan.seconds``; heal all; settle."""
+        jobs_rng = random.Random(f"{seed}-jobs")
+        injector = FaultInjector(
+            FaultPlan(
+                plan.kinds,
+                plan.fault_gap_s,
+                self.orchestrator.heartbeat_timeout_s,
+                max(1, len(self.agents) // 2),
+            ),
+            self.agents,
+            self.orchestrator,
+            random.Random(f"{seed}-faults"),
+            self.root / "faults.jsonl",
+        )
+        for _ in range(plan.initial_jobs):
+            self.submit(jobs_rng, plan)
+        submitted = plan.initial_jobs
+        next_submit = time.monotonic() + jobs_rng.uniform(*plan.submit_gap_s)
+        end = time.monotonic() + plan.seconds
+        while time.monotonic() < end:
+            injector.step()
+            self.watch_agents(injector.impaired)
+            if time.monotonic() >= next_submit and submitted < plan.max_jobs:
+                live = self.live_jobs() if plan.max_live is not None else None
+                if live is None or plan.max_live is None or live < plan.max_live:
+                    self.submit(jobs_rng, plan)
+                    submitted += 1
+                next_submit = time.monotonic() + jobs_rng.uniform(*plan.submit_gap_s)
+            time.sleep(0.1)
+        injector.heal_all()
+        self.phases["chaos_s"] = round(time.monotonic() - end + plan.seconds, 1)
+        began = time.monotonic()
+        self.settled = self.settle(plan.settle_timeout_s)
+        self.phases["settle_s"] = round(time.monotonic() - began, 1)
+        return injector
+
+    def evidence(self, injector: FaultInjector) -> Evidence:
+        """Read after the run: orphans are ended first, so their end markers are in."""
+        self.end_stray_trainers()
+        killed_at = {
+            int(pid): float(fault.detail["killed_at"])
+            for fault in injector.faults
+            for pid in fault.detail.get("trainers_killed", [])
+        }
+        work_dirs = {agent.work_dir: agent.worker_id for agent in self.agents}
+        return Evidence(
+            jobs=load_jobs(self.orchestrator),
+            accepted=set(self.accepted),
+            executions=load_executions(self.markers_path, work_dirs, killed_at),
+            ledger=load_ledger(self.ledger_path),
+            killed_agent_pids=injector.killed_agent_pids(),
+            settled=self.settled,
+            agent_exits=list(self.agent_exits),
+        )
+
+
+SHORT_DEFAULT_SEED = 20240607
+
+
+def usable_kinds(netns_unavailable: str | None) -> list[FaultKind]:
+    """Every fault kind; without network namespaces, all but the network cut (and a
+    warning that says why, in pytest's summary)."""
+    if netns_unavailable is None:
+        return list(FaultKind)
+    warnings.warn(
+        f"chaos: network cuts not exercised: {netns_unavailable}", ChaosWarning, stacklevel=2
+    )
+    return [kind for kind in FaultKind if kind != FaultKind.CUT_NETWORK]
+
+
+class ChaosWarning(UserWarning):
+    pass
+
+
+def env_seed(default: int | None) -> int:
+    raw = os.environ.get("TUNEFLEET_CHAOS_SEED", "").strip()
+    if raw:
+        return int(raw)
+    return default if default is not None else random.SystemRandom().randrange(1, 10**9)
+
+
+def env_seconds(default: float) -> float:
+    raw = os.environ.get("TUNEFLEET_CHAOS_SECONDS", "").strip()
+    return float(raw) if raw else default
+
+
+def report(
+    fleet: ChaosFleet, injector: FaultInjector, findings: Findings, seed: int, started: float
+) -> str:
+    """The run's summary: printed, written to report.json, and the failure message."""
+    summary = {
+        "seed": seed,
+        "wall_s": round(time.monotonic() - started, 1),
+        "run_dir": str(fleet.root),
+        "settled": fleet.settled,
+        "phases": fleet.phases,
+        "accepted": len(fleet.accepted),
+        "refused_submits": fleet.refused_submits,
+        "faults": injector.counts(),
+        "stats": dict(sorted(findings.stats.items())),
+        "violations": findings.violations[:40],
+    }
+    text = json.dumps(summary, indent=2)
+    (fleet.root / "report.json").write_text(text + "\n")
+    print(text)
+    return (
+        f"{len(findings.violations)} invariant violations (replay the fault choices with "
+        f"TUNEFLEET_CHAOS_SEED={seed}; faults, markers, ledger and logs in {fleet.root}):\n" + text
+    )
