@@ -248,6 +248,16 @@ async def test_delete_of_an_offline_worker(server: Any) -> None:
     assert resp.status == 401
 
 
+async def test_delete_of_a_worker_that_never_connected(server: Any) -> None:
+    # Nothing runs there (a cloud instance that never came up): no drain needed.
+    worker = await server.create_worker("never-came-up")
+    assert (await server.worker_view(worker.worker_id))["status"] == "connecting"
+    deleted = await server.ok("DELETE", f"/api/admin/workers/{worker.worker_id}")
+    assert deleted["success"] is True
+    resp = await server.get(f"/api/admin/workers/{worker.worker_id}", headers=server.admin)
+    assert resp.status == 404
+
+
 async def test_forced_delete_requeues_the_job(server: Any) -> None:
     worker = await server.connected_worker()
     job_id = await server.running_job(worker)

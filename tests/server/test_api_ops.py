@@ -188,3 +188,37 @@ async def test_every_response_carries_a_request_id_streams_included(server: Any)
     assert events.headers["X-Request-ID"]
     events.close()
     worker.close()
+
+
+async def test_events_feed_hides_worker_details_from_tokens_without_admin_workers(
+    server: Any,
+) -> None:
+    submitter = await server.api_token("queue.submit", name="researcher")
+    resp = await server.client.get("/api/events", headers=server.bearer(submitter))
+    feed = EventStream(resp)
+    await feed.expect("hello")
+    await server.create_worker(name="private-box")  # a worker event nobody here may see
+    job_id = (await server.submit(target="worker"))["job_id"]
+    job = await feed.expect("job")
+    assert job.data["job_id"] == job_id
+    assert "private-box" not in str(job.data)
+    feed.close()
+
+
+async def test_events_feed_can_be_narrowed_to_kinds(server: Any) -> None:
+    resp = await server.client.get("/api/events?kinds=job", headers=server.admin)
+    feed = EventStream(resp)
+    await feed.expect("hello")
+    await server.create_worker(name="ignored-box")
+    job_id = (await server.submit(target="worker"))["job_id"]
+    job = await feed.expect("job")  # the worker event before it was never sent
+    assert job.data["job_id"] == job_id
+    feed.close()
+
+
+async def test_shutdown_ends_open_event_feeds_at_once(server: Any) -> None:
+    resp = await server.client.get("/api/events", headers=server.admin)
+    feed = EventStream(resp)
+    await feed.expect("hello")
+    server.fleet.ctx.hub.close()
+    await feed.expect_closed(timeout_s=5)

@@ -7,6 +7,7 @@ subscriber that falls behind is dropped (it reconnects and reloads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,13 +22,24 @@ class HubEvent:
     data: dict[str, Any]
 
 
+CLOSING = "closing"
+# Every kind the orchestrator publishes.
+KINDS = frozenset({"worker", "worker_deleted", "job", "job_progress", "job_logs"})
+
+
 class Subscription:
-    __slots__ = ("kinds", "overflowed", "queue")
+    __slots__ = ("closed", "kinds", "overflowed", "queue")
 
     def __init__(self, kinds: frozenset[str] | None, maxsize: int) -> None:
         self.kinds = kinds
         self.queue: asyncio.Queue[HubEvent] = asyncio.Queue(maxsize)
         self.overflowed = False
+        self.closed = False
+
+    @property
+    def ended(self) -> bool:
+        """Stop reading: it fell behind, or the orchestrator is shutting down."""
+        return self.overflowed or self.closed
 
 
 class EventHub:
@@ -57,6 +69,18 @@ class EventHub:
             yield sub
         finally:
             self._subscribers.discard(sub)
+
+    @staticmethod
+    def known_kinds() -> frozenset[str]:
+        return KINDS
+
+    def close(self) -> None:
+        """Shutting down: wake every reader so open streams end now, not a ping later."""
+        for sub in list(self._subscribers):
+            sub.closed = True
+            with contextlib.suppress(asyncio.QueueFull):
+                sub.queue.put_nowait(HubEvent(0, CLOSING, {}))
+        self._subscribers.clear()
 
     @property
     def subscriber_count(self) -> int:

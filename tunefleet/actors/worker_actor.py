@@ -235,6 +235,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
             job.tell(m.StatusReported(self.worker_id, "progress", msg.job_progress, None))
         self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
+        if self.ctx.hub.subscriber_count:  # live pages show GPU use and "last seen"
+            self.ctx.hub.publish("worker", worker=self.snapshot())
         return True
 
     def _heartbeat_expired(self) -> None:
@@ -357,7 +359,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
         return self.snapshot()
 
     async def on_retire(self, force: bool) -> str | None:
-        if self.state != WorkerState.OFFLINE and not force:
+        # A worker that never connected has no agent to stop: it may go like an offline one.
+        if self.state not in (WorkerState.OFFLINE, WorkerState.CONNECTING) and not force:
             raise Conflict(
                 f"worker {self.worker_id} is {self.state}; drain it and wait until it is "
                 "offline, or delete with ?force=true"

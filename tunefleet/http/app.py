@@ -159,6 +159,9 @@ async def _close_streams(app: web.Application) -> None:
     streams: set[StreamConnection] = app[keys.OPEN_STREAMS]
     for conn in list(streams):
         conn.close()
+    hub = app.get(keys.HUB)
+    if hub is not None:
+        hub.close()
 
 
 def run_server(options: ServerOptions) -> int:

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
-from tunefleet.actors.events import HubEvent
+from tunefleet.actors.events import CLOSING, HubEvent, Subscription
 from tunefleet.http import keys
+from tunefleet.http.auth import ADMIN_WORKERS, API_PRINCIPAL_KEY
 from tunefleet.http.job_views import log_line_view
 
 if TYPE_CHECKING:
@@ -35,13 +36,17 @@ async def _send(sse: EventSourceResponse, kind: str, data: dict[str, Any], id_: 
     await sse.send(payload, event=kind, id=str(id_) if id_ is not None else None)
 
 
-async def _next(queue: asyncio.Queue[HubEvent], sse: EventSourceResponse) -> HubEvent:
-    """The next hub event; sends a ping while waiting so dead clients are noticed."""
-    while True:
+async def _next(sub: Subscription, sse: EventSourceResponse) -> HubEvent | None:
+    """The next hub event, or None once the subscription ended; sends a ping while
+    waiting so dead clients are noticed."""
+    while not sub.ended:
         try:
-            return await asyncio.wait_for(queue.get(), timeout=_PING_S)
+            event = await asyncio.wait_for(sub.queue.get(), timeout=_PING_S)
         except TimeoutError:
             await _send(sse, "ping", {})
+            continue
+        return None if event.kind == CLOSING else event
+    return None
 
 
 async def _finish(sse: EventSourceResponse) -> EventSourceResponse:
@@ -51,18 +56,35 @@ async def _finish(sse: EventSourceResponse) -> EventSourceResponse:
     return sse
 
 
+# Worker snapshots carry labels, host names and client addresses: for admins only,
+# as GET /api/admin/workers is.
+_WORKER_KINDS = frozenset({"worker", "worker_deleted"})
+
+
 async def stream_events(request: web.Request) -> web.StreamResponse:
-    """Every fleet and queue change, for live pages, until the client leaves."""
+    """Fleet and queue changes, for live pages, until the client leaves.
+
+    ``?kinds=job,job_progress`` narrows the feed; worker events need admin.workers."""
     hub = request.app[keys.HUB]
-    with hub.subscribe() as sub:
+    kinds = _requested_kinds(request)
+    if not request[API_PRINCIPAL_KEY].has(ADMIN_WORKERS):
+        kinds = (kinds or hub.known_kinds()) - _WORKER_KINDS
+    with hub.subscribe(kinds) as sub:
         sse = await _start(request)
         await _send(sse, "hello", {"subscribers": hub.subscriber_count})
         with contextlib.suppress(ConnectionResetError, RuntimeError):
-            while not sub.overflowed:
-                event = await _next(sub.queue, sse)
+            while (event := await _next(sub, sse)) is not None:
                 await _send(sse, event.kind, event.data, event.seq)
-            await _send(sse, "overflow", {"detail": "fell behind; reload and reconnect"})
+            if sub.overflowed:
+                await _send(sse, "overflow", {"detail": "fell behind; reload and reconnect"})
     return await _finish(sse)
+
+
+def _requested_kinds(request: web.Request) -> frozenset[str] | None:
+    raw = request.query.get("kinds", "").strip()
+    if not raw:
+        return None
+    return frozenset(k.strip() for k in raw.split(",") if k.strip())
 
 
 async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> web.StreamResponse:
@@ -84,8 +106,7 @@ async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> w
             if job is not None and job.state in _TERMINAL:
                 await _send(sse, "end", {"job_id": job_id, "status": job.state, "error": job.error})
                 return await _finish(sse)
-            while not sub.overflowed:
-                event = await _next(sub.queue, sse)
+            while (event := await _next(sub, sse)) is not None:
                 if event.data.get("job_id") != job_id:
                     continue
                 if event.kind == "job_logs":
