@@ -47,19 +47,20 @@ class ChaosAgent(Agent):
 
     worker_id: str = ""
     netns: NetnsLink | None = None
-    pids: list[int] = field(default_factory=list)  # every agent process, in order
+    launched_at: dict[int, float] = field(default_factory=dict)  # agent pid → unix time
     paused_trainers: list[int] = field(default_factory=list)
     exits_seen: int = 0  # agent processes that ended without the injector's doing
 
     def start(self) -> ChaosAgent:
         prefix = self.netns.exec_prefix() if self.netns is not None else []
+        launched_at = time.time()
         with (
             mock.patch.object(harness, "TUNEFLEET", [*prefix, *harness.TUNEFLEET]),
             mock.patch.dict(os.environ, AGENT_ENV),
         ):
             super().start()
         if self.process is not None:
-            self.pids.append(self.process.pid)
+            self.launched_at[self.process.pid] = launched_at
         return self
 
     @property
@@ -324,6 +325,9 @@ class ChaosFleet:
             executions=load_executions(self.markers_path, work_dirs, killed_at),
             ledger=load_ledger(self.ledger_path),
             killed_agent_pids=injector.killed_agent_pids(),
+            agents_launched_at={
+                pid: at for agent in self.agents for pid, at in agent.launched_at.items()
+            },
             settled=self.settled,
             agent_exits=list(self.agent_exits),
         )

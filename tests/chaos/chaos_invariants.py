@@ -24,7 +24,8 @@ What each family proves, and what it cannot:
   may run on (and even finish: a ledger line for a lost attempt). That is at-least-once
   execution, inherent to any orchestrator that cannot reach the machine; those runs are
   counted in the findings' stats (zombie runs, overlap seconds, duplicate completions),
-  not failed.
+  not failed. Only an agent process launched after the attempt was given up can prove
+  that the orchestrator sent a dead attempt: that one is a violation.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class Evidence:
     ledger: list[LedgerLine]
     killed_agent_pids: set[int]
     settled: bool = True  # the fleet was healed and given time to finish every job
+    agents_launched_at: dict[int, float] = field(default_factory=dict)  # agent pid → time
     agent_exits: list[str] = field(default_factory=list)  # agents that exited by themselves
 
 
@@ -273,6 +275,13 @@ def check_executions(evidence: Evidence, findings: Findings) -> None:
             findings.count("trainer_runs_end_unknown")
         if given_up(attempt) and attempt.ended_at is not None:
             _count_zombie(run, attempt.ended_at, findings)
+            launched = evidence.agents_launched_at.get(run.agent_pid)
+            if launched is not None and launched > attempt.ended_at + EPS_S:
+                findings.bad(
+                    f"{run.job_id}: attempt {run.attempt} was given up, yet agent process "
+                    f"{run.agent_pid}, launched {launched - attempt.ended_at:.2f} s after that, "
+                    "was sent it and ran it"
+                )
         by_agent[run.agent_pid].append(run)
         by_worker[run.worker_id].append(run)
     for job in evidence.jobs.values():

@@ -245,3 +245,11 @@ def test_agents_that_exited_by_themselves_are_reported() -> None:
     evidence = clean()
     evidence.agent_exits.append("agent chaos-1 exited by itself with code 1: boom")
     assert check(evidence).violations == ["agent chaos-1 exited by itself with code 1: boom"]
+
+
+def test_a_given_up_attempt_sent_to_an_agent_launched_after() -> None:
+    evidence = clean()  # attempt 1 on W1 (agent process 10) was given up at +5
+    evidence.agents_launched_at[10] = T0 + 0.5
+    assert check(evidence).violations == []
+    evidence.agents_launched_at[10] = T0 + 5.5
+    assert any("s after that, was sent it" in v for v in check(evidence).violations)
