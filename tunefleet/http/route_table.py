@@ -6,7 +6,12 @@ from aiohttp import web
 
 from tunefleet.actors.fleet import Fleet
 from tunefleet.http import keys
-from tunefleet.http.auth import API_PRINCIPAL_KEY, WORKER_PRINCIPAL_KEY, ApiPrincipal
+from tunefleet.http.auth import (
+    API_PRINCIPAL_KEY,
+    WORKER_PRINCIPAL_KEY,
+    ApiPrincipal,
+    report_auth_failure,
+)
 from tunefleet.http.errors import ApiError
 from tunefleet.http.openapi import RouteTable
 
@@ -34,9 +39,18 @@ def actor_name(request: web.Request) -> str:
     return f"token:{principal.name}#{principal.token_id}"
 
 
-def check_worker_id(request: web.Request, claimed: str | None) -> str:
-    """A request may name a worker only if it is the token's own (the protocol's 400)."""
+async def check_worker_id(request: web.Request, claimed: str | None) -> str:
+    """A request may name a worker only if it is the token's own (the protocol's 400).
+    Naming another is one worker's token reaching for another's: audited."""
     own = worker_id_of(request)
     if claimed is not None and claimed != own:
+        await report_auth_failure(request, "worker", f"worker {own} named worker {claimed[:64]}")
         raise ApiError(400, "Worker ID mismatch")
     return own
+
+
+async def audit_foreign_job(request: web.Request, job_id: str) -> None:
+    """Record a worker reporting on a job that is not its own (the caller then lets the
+    403 go on)."""
+    reason = f"worker {worker_id_of(request)} is not assigned to job {job_id}"
+    await report_auth_failure(request, "worker", reason)

@@ -12,10 +12,17 @@ from aiohttp_sse import EventSourceResponse
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.stream import StreamEvent
+from tunefleet.errors import Forbidden
 from tunefleet.http import keys
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
-from tunefleet.http.route_table import check_worker_id, fleet_of, routes, worker_id_of
+from tunefleet.http.route_table import (
+    audit_foreign_job,
+    check_worker_id,
+    fleet_of,
+    routes,
+    worker_id_of,
+)
 from tunefleet.http.schemas_common import SuccessResponse
 from tunefleet.http.schemas_workers import (
     DisconnectRequest,
@@ -72,7 +79,7 @@ async def register_worker(request: web.Request) -> web.StreamResponse:
 )
 async def worker_stream(request: web.Request) -> web.StreamResponse:
     query = parse_query(request, WorkerIdQuery)
-    worker_id = check_worker_id(request, query.worker_id)
+    worker_id = await check_worker_id(request, query.worker_id)
     fleet = fleet_of(request)
     last_event_id = _last_event_id(request)
     conn = await fleet.open_stream(worker_id, last_event_id)
@@ -127,7 +134,7 @@ def _last_event_id(request: web.Request) -> int | None:
 )
 async def worker_heartbeat(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, HeartbeatRequest)
-    worker_id = check_worker_id(request, body.worker_id)
+    worker_id = await check_worker_id(request, body.worker_id)
     accepted = await fleet_of(request).heartbeat(
         worker_id,
         m.HeartbeatReceived(
@@ -162,9 +169,13 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
     worker_id = worker_id_of(request)
     fleet = fleet_of(request)
     status = "running" if body.status == "training" else body.status
-    result = await fleet.report_status(
-        worker_id, job_id, m.StatusReported(worker_id, status, body.progress, body.error)
-    )
+    try:
+        result = await fleet.report_status(
+            worker_id, job_id, m.StatusReported(worker_id, status, body.progress, body.error)
+        )
+    except Forbidden:
+        await audit_foreign_job(request, job_id)
+        raise
     if status not in _TERMINAL:
         return web.json_response({"success": True})
     # The worker gets its next job only once this answer is on the wire: SimpleTuner's
@@ -192,9 +203,14 @@ async def report_job_logs(request: web.Request) -> web.StreamResponse:
     # A full batch (1000 lines of up to 8 KiB) is larger than the default body limit.
     body = await parse_body(request, JobLogsRequest, max_bytes=_MAX_LOG_BATCH_BYTES)
     lines = [line.model_dump() for line in body.lines]
-    stored = await fleet_of(request).report_logs(
-        worker_id_of(request), request.match_info["job_id"], body.attempt, lines
-    )
+    job_id = request.match_info["job_id"]
+    try:
+        stored = await fleet_of(request).report_logs(
+            worker_id_of(request), job_id, body.attempt, lines
+        )
+    except Forbidden:
+        await audit_foreign_job(request, job_id)
+        raise
     return web.json_response({"success": True, "stored": stored})
 
 
@@ -208,7 +224,7 @@ async def report_job_logs(request: web.Request) -> web.StreamResponse:
 )
 async def worker_queue_check(request: web.Request) -> web.StreamResponse:
     query = parse_query(request, WorkerIdQuery)
-    worker_id = check_worker_id(request, query.worker_id)
+    worker_id = await check_worker_id(request, query.worker_id)
     return web.json_response({"has_jobs": await fleet_of(request).has_work_for(worker_id)})
 
 
@@ -222,6 +238,6 @@ async def worker_queue_check(request: web.Request) -> web.StreamResponse:
 )
 async def worker_disconnect(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, DisconnectRequest)
-    worker_id = check_worker_id(request, body.worker_id)
+    worker_id = await check_worker_id(request, body.worker_id)
     await fleet_of(request).disconnect(worker_id)
     return web.json_response({"success": True})
