@@ -27,9 +27,9 @@ from bench.fleet_common import (
 )
 from bench.plots import cdf, scaling
 
-SIZES: tuple[int, ...] = pick((1000, 5000, 10000), (500, 1000))
+SIZES: tuple[int, ...] = pick((1000, 5000, 10000), (200, 500))
 CADENCE_S = 30.0
-WINDOW_S: float = pick(30.0, 8.0)
+WINDOW_S: float = pick(30.0, 5.0)
 KIB = 1024
 
 

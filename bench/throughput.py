@@ -24,7 +24,7 @@ from bench.plots import cdf
 
 WORKERS = 50
 SUBMITTERS = 50
-DURATION_S: float = pick(10.0, 4.0)
+DURATION_S: float = pick(10.0, 3.0)
 TARGET = ">= 1,000 cycles/s"
 
 
@@ -52,6 +52,13 @@ def run() -> list[Row]:
                 "ms",
                 "<= 2 ms (1,000/s on 2 cores)",
                 "all server threads, over every cycle of the run",
+            ),
+            row(
+                f"{backend} ceiling at one core",
+                round(1000 / max(cpu_per_cycle, 1e-9), 1),
+                "cycles/s",
+                TARGET,
+                "1 s / CPU per cycle: the rate with a core to itself (the GIL allows one)",
             ),
             *latency_rows(f"{backend} cycle", result["cycle_ms"], {}, "submit → completed"),
         ]
