@@ -146,6 +146,13 @@ class JobActor(JobFsmMixin, Actor):
                     f"job {self.job_id} was reassigned after this worker lost it; abandon it"
                 )
             raise Forbidden("Worker not assigned to this job")
+        if msg.attempt is not None and msg.attempt != self.attempts:
+            # A late report on an earlier dispatch (often to this same worker, after an
+            # acknowledgement timeout) must not acknowledge or end the current one.
+            raise Conflict(
+                f"report for attempt {msg.attempt} of job {self.job_id}, which is now on "
+                f"attempt {self.attempts}; abandon attempt {msg.attempt}"
+            )
         now = self.ctx.clock.time()
         word = msg.status
         if self.state == JobState.DISPATCHED:

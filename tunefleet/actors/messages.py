@@ -143,10 +143,14 @@ class DispatchTo:
 
 @dataclass(frozen=True, slots=True)
 class StatusReported:
+    """``attempt`` is the dispatch the report is about, when the agent says (tunefleet's
+    does; SimpleTuner's does not): a report on an earlier attempt must not touch this one."""
+
     worker_id: str
     status: str
     progress: dict[str, Any] | None
     error: str | None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,7 +160,7 @@ async def worker_heartbeat(request: web.Request) -> web.StreamResponse:
     errors={
         403: "Worker not assigned to this job",
         404: "Job not found",
-        409: "The job was reassigned or has ended; abandon it",
+        409: "The job was reassigned, dispatched again (a stale attempt) or has ended; abandon it",
     },
 )
 async def report_job_status(request: web.Request) -> web.StreamResponse:
@@ -171,7 +171,9 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
     status = "running" if body.status == "training" else body.status
     try:
         result = await fleet.report_status(
-            worker_id, job_id, m.StatusReported(worker_id, status, body.progress, body.error)
+            worker_id,
+            job_id,
+            m.StatusReported(worker_id, status, body.progress, body.error, body.attempt),
         )
     except Forbidden:
         await audit_foreign_job(request, job_id)
