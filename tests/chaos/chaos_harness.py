@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -29,7 +30,7 @@ from tests.chaos.chaos_faults import FaultInjector, FaultKind, FaultPlan
 from tests.chaos.chaos_invariants import Evidence, Findings
 from tests.chaos.chaos_netns import NetnsLink
 from tests.e2e import harness
-from tests.e2e.harness import Agent, ApiError, Orchestrator
+from tests.e2e.harness import Agent, ApiError, Orchestrator, wait_until
 
 CHAOS_TRAINER = Path(__file__).with_name("chaos_trainer.py")
 AGENT_ENV = {
@@ -189,9 +190,15 @@ class ChaosFleet:
             )
             self.agents.append(agent.start())
         for agent in self.agents:
-            orch.wait_worker(agent.worker_id, "idle", timeout_s=60)
+            wait_until(partial(self._agent_idle, agent), 60, 0.2, f"{agent.name} to be idle")
         self.phases["start_s"] = round(time.monotonic() - began, 1)
         return self
+
+    def _agent_idle(self, agent: ChaosAgent) -> bool:
+        if agent.process is not None and agent.process.poll() is not None:
+            raise AssertionError(f"agent {agent.name} exited at start: {agent.log()[-3000:]}")
+        worker = self.orchestrator.worker(agent.worker_id)
+        return bool(worker["status"] == "idle" and worker["connected"])
 
     def stop(self) -> None:
         """Everything this fleet started ends, whatever state the run left it in."""
@@ -292,8 +299,13 @@ class ChaosFleet:
             self.submit(jobs_rng, plan)
         submitted = plan.initial_jobs
         next_submit = time.monotonic() + jobs_rng.uniform(*plan.submit_gap_s)
-        end = time.monotonic() + plan.seconds
-        while time.monotonic() < end:
+        began = time.monotonic()
+        end, hard_end = began + plan.seconds, began + 2 * plan.seconds
+        # Past ``seconds`` only while some kind was never injected (a slow restart or
+        # every target busy can delay one), so that each run sees every kind.
+        while time.monotonic() < end or (
+            time.monotonic() < hard_end and set(injector.counts()) != set(map(str, plan.kinds))
+        ):
             injector.step()
             self.watch_agents(injector.impaired)
             if time.monotonic() >= next_submit and submitted < plan.max_jobs:
@@ -304,7 +316,7 @@ class ChaosFleet:
                 next_submit = time.monotonic() + jobs_rng.uniform(*plan.submit_gap_s)
             time.sleep(0.1)
         injector.heal_all()
-        self.phases["chaos_s"] = round(time.monotonic() - end + plan.seconds, 1)
+        self.phases["chaos_s"] = round(time.monotonic() - began, 1)
         began = time.monotonic()
         self.settled = self.settle(plan.settle_timeout_s)
         self.phases["settle_s"] = round(time.monotonic() - began, 1)
