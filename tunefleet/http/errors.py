@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from tunefleet.errors import TunefleetError
+from tunefleet.logging import redact_text
 
 log = structlog.get_logger(__name__)
 
@@ -57,8 +58,9 @@ def one_line(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
 def error_response(
     status: int, detail: str, headers: Mapping[str, str] | None = None
 ) -> web.Response:
-    """The JSON error body every failure uses."""
-    response = web.json_response({"detail": one_line(detail)}, status=status)
+    """The JSON error body every failure uses. A token the client pasted where an id
+    goes is masked like in the logs: error bodies end up in proxies' and scripts' logs."""
+    response = web.json_response({"detail": one_line(redact_text(detail))}, status=status)
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response
