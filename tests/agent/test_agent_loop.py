@@ -167,7 +167,9 @@ async def test_job_reports_go_out_in_order(proto: tuple[ProtocolServer, str]) ->
         "status": "completed",
         "progress": {"step": 10, "total": 100},
         "error": None,
+        "attempt": 2,
     }
+    assert {b["attempt"] for b in bodies} == {2}  # every report names the dispatch it is about
     assert [line["line"] for line in server.log_lines("j_1")] == ["epoch 1", "epoch 2"]
     assert server.of("/logs")[0].body["attempt"] == 2
     busy = [b for b in server.heartbeats if b["status"] == "busy"]
@@ -308,6 +310,7 @@ async def test_stop_request_cancels_reports_and_disconnects(
         "status": "cancelled",
         "progress": None,
         "error": "worker agent stopped by SIGTERM",
+        "attempt": 1,
     }
     posts = [r.path for r in server.requests if r.method == "POST"]
     assert posts[-1] == "/api/workers/disconnect"

@@ -94,6 +94,7 @@ class JobSlot:
         self.is_stopping = is_stopping
         self.running: ActiveJob | None = None
         self.held: str | None = None  # ended here; its final report not yet delivered
+        self._held_attempt: int | None = None
         self.accepted = 0  # jobs taken, abandoned ones included
         self.finished = 0  # jobs that ran to an outcome reported here
         self._attempts_seen: set[tuple[str, int]] = set()
@@ -144,7 +145,8 @@ class JobSlot:
         self.accepted += 1
         self._attempts_seen.add((job_id, attempt))
         log.info("job accepted", job_id=job_id, attempt=attempt)
-        self.outbox.add_status(job_id, "starting")  # the first report acknowledges dispatch
+        # The first report acknowledges the dispatch; every report names its attempt.
+        self.outbox.add_status(job_id, "starting", attempt=attempt)
         job.task = asyncio.create_task(self._run(job), name=f"job-{job_id}")
         return True
 
@@ -177,11 +179,20 @@ class JobSlot:
             await self.executor.cancel(reason)
         return True
 
-    def abandon(self, job_id: str, reason: str) -> None:
-        """The job is no longer this worker's: stop it here and report nothing more."""
-        self.outbox.drop_job(job_id)
+    def abandon(self, job_id: str, reason: str, attempt: int | None = None) -> None:
+        """The job (only that attempt of it, when one is given) is no longer this worker's:
+        stop it here and report nothing more on it. A refusal of an earlier attempt's
+        report leaves a newer attempt of the same job, dispatched here since, running."""
+        self.outbox.drop_job(job_id, attempt)
         job = self.running
-        if job is not None and job.job_id == job_id:
+        if job is not None and job.job_id == job_id and attempt not in (None, job.spec.attempt):
+            log.info(
+                "an earlier attempt was refused; the running attempt goes on",
+                job_id=job_id,
+                refused_attempt=attempt,
+                running_attempt=job.spec.attempt,
+            )
+        elif job is not None and job.job_id == job_id:
             log.warning("abandoning the running job", job_id=job_id, reason=reason)
             job.abandoned = True
             # Not ours any more: if the orchestrator sends it here again, run it again.
@@ -191,13 +202,13 @@ class JobSlot:
             self._cancels.add(task)
             task.add_done_callback(self._cancels.discard)
             return
-        if self.held == job_id:
+        if self.held == job_id and attempt in (None, self._held_attempt):
             self.held = None
             self.on_free()
 
     def settled(self, report: Report) -> None:
         """The outbox delivered (or gave up on) a report."""
-        if report.final and report.job_id == self.held:
+        if report.final and report.job_id == self.held and report.attempt == self._held_attempt:
             self.held = None
             self.on_free()
 
@@ -230,8 +241,10 @@ class JobSlot:
             return
         self.finished += 1
         why = outcome.error or (job.cancel_reason if outcome.status == "cancelled" else None)
-        self.outbox.add_status(job.job_id, outcome.status, progress=job.progress, error=why)
-        self.held = job.job_id
+        self.outbox.add_status(
+            job.job_id, outcome.status, attempt=job.spec.attempt, progress=job.progress, error=why
+        )
+        self.held, self._held_attempt = job.job_id, job.spec.attempt
 
     def _event_handler(self, job: ActiveJob) -> EventCallback:
         async def on_event(event: ExecutorEvent) -> None:
@@ -239,10 +252,10 @@ class JobSlot:
                 return  # abandoned, or a straggler after the outcome: nothing to report
             if isinstance(event, JobStarted):
                 log.info("job process started", job_id=job.job_id, pid=event.pid)
-                self.outbox.add_status(job.job_id, "running")
+                self.outbox.add_status(job.job_id, "running", attempt=job.spec.attempt)
             elif isinstance(event, ProgressReported):
                 job.progress = event.progress
-                self.outbox.add_progress(job.job_id, event.progress)
+                self.outbox.add_progress(job.job_id, event.progress, attempt=job.spec.attempt)
             elif isinstance(event, LogBatch):
                 self.outbox.add_logs(job.job_id, job.spec.attempt, event.lines)
 

@@ -6,6 +6,10 @@ back. Progress is a "latest value", so a newer one replaces one not yet sent; lo
 lines join the batch at the tail. Status reports are never dropped; log lines are,
 oldest first, past a limit, so a trainer that floods its output during a long outage
 cannot exhaust the agent's memory (the orchestrator sees the gap in ``seq``).
+
+Each report remembers the attempt (dispatch) of the job it is about, and a status
+report says it (``"attempt": n``, an addition SimpleTuner's server ignores): the same
+job may be dispatched here again while a report on its earlier attempt is still queued.
 """
 
 from __future__ import annotations
@@ -30,12 +34,18 @@ TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 @dataclass(slots=True, eq=False)
 class Report:
-    """One request to make: a status report (``body`` is its JSON) or a log batch."""
+    """One request to make: a status report (``body`` is its JSON) or a log batch, about
+    ``attempt`` of the job (None: unknown)."""
 
     kind: ReportKind
     job_id: str
     body: dict[str, Any]
     in_flight: bool = False
+    attempt: int | None = None
+
+    def about(self, job_id: str, attempt: int | None) -> bool:
+        """Whether it is about that job, and that attempt of it unless ``attempt`` is None."""
+        return self.job_id == job_id and (attempt is None or self.attempt == attempt)
 
     @property
     def final(self) -> bool:
@@ -71,24 +81,29 @@ class Outbox:
         job_id: str,
         status: str,
         *,
+        attempt: int | None = None,
         progress: dict[str, Any] | None = None,
         error: str | None = None,
     ) -> None:
-        body = {"status": status, "progress": progress, "error": error}
-        self._append(Report("status", job_id, body))
+        body: dict[str, Any] = {"status": status, "progress": progress, "error": error}
+        if attempt is not None:
+            body["attempt"] = attempt
+        self._append(Report("status", job_id, body, attempt=attempt))
 
-    def add_progress(self, job_id: str, progress: dict[str, Any]) -> None:
+    def add_progress(
+        self, job_id: str, progress: dict[str, Any], *, attempt: int | None = None
+    ) -> None:
         """A ``running`` report with this progress, replacing a newer-than-sent one."""
         for report in reversed(self._items):
-            if report.kind != "status" or report.job_id != job_id:
+            if report.kind != "status" or not report.about(job_id, attempt):
                 continue
             if report.final:
-                return  # nothing goes out after a job's final report
+                return  # nothing goes out after an attempt's final report
             if report.body["status"] == "running" and not report.in_flight:
                 report.body["progress"] = progress
                 return
             break  # the last status for this job is another one: progress comes after it
-        self.add_status(job_id, "running", progress=progress)
+        self.add_status(job_id, "running", attempt=attempt, progress=progress)
 
     def add_logs(self, job_id: str, attempt: int, lines: Sequence[LogLine]) -> None:
         if not self.logs_enabled or not lines:
@@ -108,7 +123,8 @@ class Outbox:
         else:
             for start in range(0, len(wire), self.max_batch_lines):
                 chunk = wire[start : start + self.max_batch_lines]
-                self._append(Report("logs", job_id, {"lines": chunk, "attempt": attempt}))
+                body = {"lines": chunk, "attempt": attempt}
+                self._append(Report("logs", job_id, body, attempt=attempt))
         self._trim_logs()
 
     # --- taking -----------------------------------------------------------------------
@@ -133,9 +149,10 @@ class Outbox:
         self._log_lines -= report.line_count
         self._changed()
 
-    def drop_job(self, job_id: str) -> int:
-        """Forget every report of an abandoned job; the one in flight finishes alone."""
-        return self._drop(lambda r: r.job_id == job_id and not r.in_flight)
+    def drop_job(self, job_id: str, attempt: int | None = None) -> int:
+        """Forget every report of an abandoned job (only of that attempt of it, when one is
+        given: a newer attempt's reports still go); the one in flight finishes alone."""
+        return self._drop(lambda r: r.about(job_id, attempt) and not r.in_flight)
 
     def disable_logs(self) -> int:
         """The orchestrator takes no logs: stop forwarding and forget the queued ones."""
@@ -203,8 +220,9 @@ class ReportSender:
     """Delivers the outbox head first, retrying with backoff while the orchestrator is
     unreachable and waiting while the agent is offline (``online`` is clear).
 
-    A report refused with 403, 409 or "Job not found" means the job is no longer this
-    worker's: its reports are dropped and ``on_abandon(job_id, detail)`` is called.
+    A report refused with 403, 409 or "Job not found" means the job (that attempt of it)
+    is no longer this worker's: that attempt's reports are dropped and
+    ``on_abandon(job_id, detail, attempt)`` is called.
     A 404 on the logs endpoint (an orchestrator without one, like SimpleTuner's) turns
     log forwarding off. ``on_settled(report)`` is called when a report leaves the queue
     by delivery or final refusal. ``InvalidToken`` propagates: the agent must stop.
@@ -218,7 +236,7 @@ class ReportSender:
         online: asyncio.Event,
         backoff: Backoff,
         sleep: Callable[[float], Awaitable[None]],
-        on_abandon: Callable[[str, str], None],
+        on_abandon: Callable[[str, str, int | None], None],
         on_settled: Callable[[Report], None],
     ) -> None:
         self.outbox = outbox
@@ -277,14 +295,15 @@ class ReportSender:
             return
         if error.status in (403, 409) or job_gone:
             self.outbox.remove(report)
-            self.outbox.drop_job(report.job_id)
+            self.outbox.drop_job(report.job_id, report.attempt)
             log.warning(
                 "job no longer assigned to this worker; abandoning it",
                 job_id=report.job_id,
+                attempt=report.attempt,
                 status=error.status,
                 detail=error.detail,
             )
-            self.on_abandon(report.job_id, error.detail)
+            self.on_abandon(report.job_id, error.detail, report.attempt)
             return
         log.error(
             "report refused; dropping it",
