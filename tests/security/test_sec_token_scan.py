@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ class Session:
     agent_logs: list[Path] = field(default_factory=list)
 
     def send(
-        self, method: str, path: str, headers: dict[str, str | bytes], body: Any = None
+        self, method: str, path: str, headers: Mapping[str, str | bytes], body: Any = None
     ) -> Reply:
         reply = call(self.orch.url, method, path, headers=headers, body=body)
         if reply.status >= 400:
