@@ -13,13 +13,13 @@ import signal
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from tests.chaos import chaos_procs as procs
+from tests.chaos.chaos_agent import ChaosAgent
 from tests.chaos.chaos_evidence import (
     load_executions,
     load_jobs,
@@ -29,100 +29,9 @@ from tests.chaos.chaos_evidence import (
 from tests.chaos.chaos_faults import FaultInjector, FaultKind, FaultPlan
 from tests.chaos.chaos_invariants import Evidence, Findings
 from tests.chaos.chaos_netns import NetnsLink
-from tests.e2e import harness
-from tests.e2e.harness import Agent, ApiError, Orchestrator, wait_until
+from tests.e2e.harness import ApiError, Orchestrator, wait_until
 
 CHAOS_TRAINER = Path(__file__).with_name("chaos_trainer.py")
-AGENT_ENV = {
-    # Above the orchestrator's 15 s ping interval: a stream silent this long is dead.
-    "TUNEFLEET_STREAM_TIMEOUT": "25",
-    # Far beyond any outage a run injects; an agent left behind by a test process that
-    # was killed outright gives up on its vanished orchestrator instead of retrying forever.
-    "TUNEFLEET_RECONNECT_TIMEOUT": "120",
-}
-
-
-@dataclass
-class ChaosAgent(Agent):
-    """tests/e2e's Agent, restartable, on loopback or inside a network namespace."""
-
-    worker_id: str = ""
-    netns: NetnsLink | None = None
-    launched_at: dict[int, float] = field(default_factory=dict)  # agent pid → unix time
-    paused_trainers: list[int] = field(default_factory=list)
-    exits_seen: int = 0  # agent processes that ended without the injector's doing
-
-    def start(self) -> ChaosAgent:
-        prefix = self.netns.exec_prefix() if self.netns is not None else []
-        launched_at = time.time()
-        with (
-            mock.patch.object(harness, "TUNEFLEET", [*prefix, *harness.TUNEFLEET]),
-            mock.patch.dict(os.environ, AGENT_ENV),
-        ):
-            super().start()
-        if self.process is not None:
-            self.launched_at[self.process.pid] = launched_at
-        return self
-
-    @property
-    def pid(self) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return None
-        return self.process.pid
-
-    @property
-    def in_netns(self) -> bool:
-        return self.netns is not None
-
-    def crash(self, *, with_jobs: bool) -> list[int]:
-        """kill -9 the agent; ``with_jobs``: its trainers' process groups too (the machine
-        died), else they are orphaned. Returns the trainers' pids."""
-        if self.process is None:
-            return []
-        procs.signal_pid(self.process.pid, signal.SIGSTOP)  # no new child from now on
-        trainers = procs.children_of(self.process.pid)
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-        if with_jobs:
-            for trainer in trainers:
-                procs.signal_group(trainer, signal.SIGKILL)
-            procs.wait_gone(trainers)
-        return trainers
-
-    def pause(self, *, with_jobs: bool) -> list[int]:
-        if self.process is None:
-            return []
-        procs.signal_pid(self.process.pid, signal.SIGSTOP)
-        self.paused_trainers = procs.children_of(self.process.pid) if with_jobs else []
-        for trainer in self.paused_trainers:
-            procs.signal_group(trainer, signal.SIGSTOP)
-        return list(self.paused_trainers)
-
-    def resume(self) -> None:
-        for trainer in self.paused_trainers:
-            procs.signal_group(trainer, signal.SIGCONT)
-        self.paused_trainers = []
-        if self.process is not None:
-            procs.signal_pid(self.process.pid, signal.SIGCONT)
-
-    def cut(self) -> None:
-        if self.netns is not None:
-            self.netns.down()
-
-    def reconnect(self) -> None:
-        if self.netns is not None and not self.netns.is_up:
-            self.netns.up()
-
-    def restart(self) -> None:
-        self.start()
-
-    def stop(self) -> None:
-        self.resume()
-        self.reconnect()
-        pid = self.pid
-        trainers = procs.children_of(pid) if pid is not None else []
-        super().stop()
-        procs.end_processes([pid for pid in trainers if procs.alive(pid)])
 
 
 @dataclass(frozen=True)
@@ -167,6 +76,7 @@ class ChaosFleet:
         self.refused_submits = 0
         self.agent_exits: list[str] = []
         self.settled = False
+        self.unsettled: list[str] = []  # why the fleet did not come to rest, if it did not
         self.phases: dict[str, float] = {}  # how long each phase took
 
     # --- bringing it up and down ------------------------------------------------------
@@ -256,11 +166,27 @@ class ChaosFleet:
             return None
         return int(stats["queue_depth"]) + int(stats["dispatched"]) + int(stats["running"])
 
+    def unrest(self) -> list[str]:
+        """What keeps the fleet from rest: live jobs, workers not idle and connected, or
+        still holding a job. Empty once everything is done and every agent is back."""
+        live = self.live_jobs()
+        if live is None:
+            return ["the orchestrator does not answer"]
+        problems = [f"{live} jobs still pending, dispatched or running"] if live else []
+        for worker in self.orchestrator.request("GET", "/api/admin/workers")["workers"]:
+            if worker["status"] != "idle" or not worker["connected"] or worker["current_job_id"]:
+                problems.append(
+                    f"worker {worker['name']} is {worker['status']}, connected "
+                    f"{worker['connected']}, holding {worker['current_job_id']}"
+                )
+        return problems
+
     def settle(self, timeout_s: float) -> bool:
-        """Wait (bounded) until no job is pending, dispatched or running."""
+        """Wait (bounded) until the fleet is at rest (see unrest)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.live_jobs() == 0:
+            self.unsettled = self.unrest()
+            if not self.unsettled:
                 return True
             self.watch_agents()
             time.sleep(0.25)
@@ -341,6 +267,7 @@ class ChaosFleet:
                 pid: at for agent in self.agents for pid, at in agent.launched_at.items()
             },
             settled=self.settled,
+            unrest=list(self.unsettled),
             agent_exits=list(self.agent_exits),
         )
 

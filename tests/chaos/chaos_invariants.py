@@ -102,6 +102,7 @@ class Evidence:
     settled: bool = True  # the fleet was healed and given time to finish every job
     agents_launched_at: dict[int, float] = field(default_factory=dict)  # agent pid → time
     agent_exits: list[str] = field(default_factory=list)  # agents that exited by themselves
+    unrest: list[str] = field(default_factory=list)  # why the healed fleet never came to rest
 
 
 @dataclass
@@ -120,6 +121,8 @@ def check(evidence: Evidence) -> Findings:
     findings = Findings()
     for message in evidence.agent_exits:
         findings.bad(message)
+    for message in evidence.unrest:
+        findings.bad(f"the healed fleet never came to rest: {message}")
     for job_id in sorted(evidence.accepted - evidence.jobs.keys()):
         findings.bad(f"{job_id}: accepted by the orchestrator but no longer in the queue")
     for job in evidence.jobs.values():

@@ -253,3 +253,11 @@ def test_a_given_up_attempt_sent_to_an_agent_launched_after() -> None:
     assert check(evidence).violations == []
     evidence.agents_launched_at[10] = T0 + 5.5
     assert any("s after that, was sent it" in v for v in check(evidence).violations)
+
+
+def test_a_fleet_that_never_came_to_rest() -> None:
+    evidence = clean()
+    evidence.unrest.append("worker chaos-2 is busy, connected True, holding j_9")
+    assert check(evidence).violations == [
+        "the healed fleet never came to rest: worker chaos-2 is busy, connected True, holding j_9"
+    ]
