@@ -64,6 +64,7 @@ class LocalRunner:
         self._job_task: asyncio.Task[None] | None = None
         self._current: str | None = None
         self._progress: dict[str, Any] | None = None
+        self._attempt: int | None = None  # of the running job: reports are fenced by it
 
     async def start(self) -> None:
         fields = self.inventory.register_fields()
@@ -138,6 +139,7 @@ class LocalRunner:
             command=data.get("command"),
             env={**dict(data.get("env") or {}), **self._gpu_env(data)},
         )
+        self._attempt = spec.attempt
         try:
             await self._report(job_id, "starting", None, None)
 
@@ -175,6 +177,5 @@ class LocalRunner:
     async def _report(
         self, job_id: str, status: str, progress: dict[str, Any] | None, error: str | None
     ) -> None:
-        await self.fleet.report_status(
-            LOCAL_WORKER_ID, job_id, m.StatusReported(LOCAL_WORKER_ID, status, progress, error)
-        )
+        report = m.StatusReported(LOCAL_WORKER_ID, status, progress, error, self._attempt)
+        await self.fleet.report_status(LOCAL_WORKER_ID, job_id, report)
