@@ -315,7 +315,7 @@ def report(
         "accepted": len(fleet.accepted),
         "refused_submits": fleet.refused_submits,
         "faults": injector.counts(),
-        "stats": dict(sorted(findings.stats.items())),
+        "stats": {key: round(value, 3) for key, value in sorted(findings.stats.items())},
         "violations": findings.violations[:40],
     }
     text = json.dumps(summary, indent=2)
