@@ -232,6 +232,22 @@ async def test_persistent_agent_retries_with_growing_backoff(aiohttp_server: Any
     assert delays[4] > delays[0]  # it backs off
 
 
+async def test_with_a_job_in_hand_reconnects_no_slower_than_heartbeats(orch: Orchestrator) -> None:
+    # Backing off to a minute would let a restarted orchestrator's heartbeat deadline
+    # pass and hand the job to another worker while it still runs here.
+    sleep = RecordingSleep(cap_s=0.01)
+    executor = FakeExecutor()
+    agent = make_agent(
+        orch.url, executor=executor, sleep=sleep, heartbeat_interval_s=0.05, backoff_max_s=5.0
+    )
+    async with running(agent):
+        await start_job(orch.proto, executor)
+        sleep.delays.clear()
+        await orch.stop()
+        await eventually(lambda: len(sleep.delays) >= 12, "a dozen reconnect attempts")
+        assert max(sleep.delays) <= 0.05, sleep.delays
+
+
 async def test_ephemeral_agent_gives_up_with_the_connection_refused_message() -> None:
     agent = make_agent(f"http://127.0.0.1:{free_port()}", persistent=False, reconnect_timeout_s=0)
     with pytest.raises(OrchestratorUnreachable) as raised:

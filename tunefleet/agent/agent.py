@@ -315,6 +315,11 @@ class Agent:
         if gone_too_long and self.jobs.running is None:
             raise error  # an ephemeral worker stops paying for an orchestrator that is gone
         delay = backoff.next_delay()
+        if self.jobs.running is not None or self.jobs.held is not None:
+            # A job in hand: try at least as often as heartbeats go, so a restarted
+            # orchestrator hears from us before its heartbeat deadline and does not
+            # give the job to another worker.
+            delay = min(delay, self.settings.heartbeat_interval_s)
         log.warning(
             "will reconnect to the orchestrator", error=str(error), retry_in_s=round(delay, 2)
         )
