@@ -99,7 +99,8 @@ async def worker_stream(request: web.Request) -> web.StreamResponse:
             if event is None:
                 break
             await _send(sse, event)
-    except (ConnectionResetError, asyncio.CancelledError, RuntimeError) as error:
+    # TimeoutError: a reader that stopped reading outlasted the library's send timeout.
+    except (ConnectionResetError, TimeoutError, asyncio.CancelledError, RuntimeError) as error:
         log.debug("worker stream ended", worker_id=worker_id, reason=type(error).__name__)
         if isinstance(error, asyncio.CancelledError):
             raise
@@ -107,7 +108,7 @@ async def worker_stream(request: web.Request) -> web.StreamResponse:
         open_streams.discard(conn)
         fleet.close_stream(worker_id, conn)
         sse.stop_streaming()
-    with contextlib.suppress(ConnectionResetError, RuntimeError):
+    with contextlib.suppress(ConnectionResetError, TimeoutError, RuntimeError):
         await sse.write_eof()
     return sse
 

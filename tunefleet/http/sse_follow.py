@@ -51,7 +51,7 @@ async def _next(sub: Subscription, sse: EventSourceResponse) -> HubEvent | None:
 
 async def _finish(sse: EventSourceResponse) -> EventSourceResponse:
     sse.stop_streaming()
-    with contextlib.suppress(ConnectionResetError, RuntimeError):
+    with contextlib.suppress(ConnectionResetError, TimeoutError, RuntimeError):
         await sse.write_eof()
     return sse
 
@@ -72,7 +72,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     with hub.subscribe(kinds) as sub:
         sse = await _start(request)
         await _send(sse, "hello", {"subscribers": hub.subscriber_count})
-        with contextlib.suppress(ConnectionResetError, RuntimeError):
+        with contextlib.suppress(ConnectionResetError, TimeoutError, RuntimeError):
             while (event := await _next(sub, sse)) is not None:
                 await _send(sse, event.kind, event.data, event.seq)
             if sub.overflowed:
@@ -100,7 +100,7 @@ async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> w
     with hub.subscribe(frozenset({"job_logs", "job"})) as sub:
         sse = await _start(request)
         cursor = max(0, from_seq - 1)
-        with contextlib.suppress(ConnectionResetError, RuntimeError):
+        with contextlib.suppress(ConnectionResetError, TimeoutError, RuntimeError):
             cursor = await _send_stored_lines(sse, store, job_id, cursor)
             job = await store.get_job(job_id)
             if job is not None and job.state in _TERMINAL:
