@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,19 +110,60 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 
 
 def cpu_note(reply: dict[str, Any]) -> str:
-    """``server 63% / loadgen 12% CPU``, flagged when the load generator is the limit."""
+    """``server 63% / loadgen 12% CPU``, flagged when the load generator is the limit;
+    with the load generator's own event-loop lag when it was late by 50 ms or more."""
     server = reply.get("server_cpu_share")
     loadgen = reply.get("loadgen_cpu_share", 0.0)
     text = f"server {server:.0%}" if server is not None else "server ?"
     text += f" / loadgen {loadgen:.0%} CPU"
     if loadgen >= LOADGEN_BOUND_SHARE:
         text += " (LOADGEN-BOUND)"
+    lag = reply.get("loadgen_lag_max_ms", 0.0)
+    if lag >= 50:
+        text += f"; loadgen loop late by up to {lag:.0f} ms"
     return text
 
 
+def server_histogram(port: int, route: str) -> dict[float, float]:
+    """Cumulative counts of the server's own request-duration histogram for one route
+    (all statuses): upper bound in seconds → requests at or under it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    prefix = "tunefleet_http_request_duration_seconds_bucket{"
+    counts: dict[float, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(prefix) or f'route="{route}"' not in line:
+            continue
+        labels, _, value = line[len(prefix) :].partition("} ")
+        bound = labels.split('le="', 1)[1].split('"', 1)[0]
+        upper = float("inf") if bound == "+Inf" else float(bound)
+        counts[upper] = counts.get(upper, 0.0) + float(value)
+    return counts
+
+
+def histogram_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The bucket bound (ms) under which ``q`` (0..1) of the requests between two scrapes
+    were handled: the server's own time in the handler, queueing before it excluded."""
+    deltas = sorted((bound, after.get(bound, 0.0) - before.get(bound, 0.0)) for bound in after)
+    total = deltas[-1][1] if deltas else 0.0
+    for bound, count in deltas:
+        if total and count >= q * total:
+            return bound * 1000
+    return float("nan")
+
+
 def machine_note() -> str:
+    """The machine's load: load average, and CPU pressure (the share of the last 10 s
+    in which some runnable task waited for a CPU) where the kernel reports it."""
     one, five, _ = os.getloadavg()
-    return f"load avg {one:.1f}/{five:.1f} on {os.cpu_count()} CPUs"
+    note = f"load avg {one:.1f}/{five:.1f} on {os.cpu_count()} CPUs"
+    try:
+        with open("/proc/pressure/cpu") as pressure:
+            some = pressure.readline().split()[1].split("=")[1]
+        note += f", CPU pressure {float(some):.0f}%"
+    except (OSError, IndexError, ValueError):
+        pass
+    return note
 
 
 def latency_rows(

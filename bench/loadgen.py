@@ -346,14 +346,49 @@ def _bind(fn: Callable[..., Awaitable[dict[str, Any]]], gen: LoadGen) -> Command
     return bound
 
 
+class LagMonitor:
+    """How late this process's own event loop runs (a busy or descheduled load
+    generator shows up here, not as server latency)."""
+
+    PERIOD_S = 0.005
+
+    def __init__(self) -> None:
+        self.lags_ms: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            expected = loop.time() + self.PERIOD_S
+            await asyncio.sleep(self.PERIOD_S)
+            self.lags_ms.append(max(0.0, loop.time() - expected) * 1000)
+            if len(self.lags_ms) > 200_000:
+                del self.lags_ms[:100_000]
+
+    def take(self) -> dict[str, float]:
+        lags, self.lags_ms = sorted(self.lags_ms), []
+        if not lags:
+            return {"loadgen_lag_p99_ms": 0.0, "loadgen_lag_max_ms": 0.0}
+        return {
+            "loadgen_lag_p99_ms": lags[min(len(lags) - 1, int(len(lags) * 0.99))],
+            "loadgen_lag_max_ms": lags[-1],
+        }
+
+
 async def serve(gen: LoadGen, reader: asyncio.StreamReader, out: IO[str]) -> None:
     table = commands(gen)
+    lag = LagMonitor()
+    lag.start()
     while line := await reader.readline():
         request = json.loads(line)
         name, params = request["cmd"], request.get("params", {})
         if name == "exit":
             break
         reply: dict[str, Any]
+        lag.take()
         cpu0, server0 = time.process_time(), _server_sample(gen)
         wall0 = time.monotonic()
         try:
@@ -366,6 +401,7 @@ async def serve(gen: LoadGen, reader: asyncio.StreamReader, out: IO[str]) -> Non
         reply["wall_s"] = wall
         reply["loadgen_cpu_s"] = cpu
         reply["loadgen_cpu_share"] = cpu / max(wall, 1e-9)
+        reply.update(lag.take())
         server1 = _server_sample(gen)
         if server0 is not None and server1 is not None and server0.pid == server1.pid:
             reply["server_cpu_s"], reply["server_cpu_share"] = server1.cpu_since(server0)
