@@ -175,9 +175,16 @@ class LoadGen:
         }
 
     async def register(self, worker: SimWorker) -> dict[str, Any]:
-        status, body = await self.worker_request(
-            worker, "/api/workers/register", self.register_body(worker)
-        )
+        """Register; a busy orchestrator's 503/504 is retried a few times (counted in
+        ``errors``), as an agent would."""
+        for attempt in range(5):
+            status, body = await self.worker_request(
+                worker, "/api/workers/register", self.register_body(worker)
+            )
+            if status not in (503, 504):
+                break
+            self.count_error(f"register answered {status}, retried")
+            await asyncio.sleep(0.5 * (attempt + 1))
         if status != 200:
             raise HttpError(f"register {worker.worker_id}: {status} {body}")
         worker.registered = True
@@ -285,7 +292,7 @@ class LoadGen:
         self.workers.extend(made)
         return {"created": count, "workers": len(self.workers)}
 
-    async def cmd_register(self, concurrency: int = 16) -> dict[str, Any]:
+    async def cmd_register(self, concurrency: int = 8) -> dict[str, Any]:
         todo = [w for w in self.workers if not w.registered]
         await self.bounded(todo, concurrency, self.register)
         return {"registered": len(todo)}
