@@ -122,7 +122,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
             case m.Disconnected():
                 await self.lose("agent disconnected", AuditKind.WORKER_DISCONNECTED)
             case m.TokenRotated():
-                self._close_stream()
+                # Its agent can no longer heartbeat or report: it is gone now, not at the
+                # heartbeat deadline, and its job goes back to the queue.
+                await self.lose("token rotated", AuditKind.WORKER_OFFLINE)
             case m.StaysForWork():
                 self.on_stays_for_work()
             case _:
