@@ -99,10 +99,16 @@ class Database:
         self._closed = asyncio.get_running_loop().create_future()
         self._pw: pw.Database | None = None
         self._reads = self._writes = self._failed_writes = self._groups = 0
+        self._rollback_listeners: list[Callable[[], None]] = []
         self._thread = threading.Thread(
             target=self._run, name=f"tunefleet-db-{config.backend}", daemon=True
         )
         self._thread.start()
+
+    def on_rollback(self, forget: Callable[[], None]) -> None:
+        """Call `forget` on the DB thread whenever a write is rolled back, for what a
+        repository remembers of its own writes (a rolled-back row must be forgotten)."""
+        self._rollback_listeners.append(forget)
 
     @property
     def stats(self) -> DatabaseStats:
@@ -227,7 +233,9 @@ class Database:
                     except Exception as exc:
                         self._failed_writes += 1
                         outcomes.append((False, exc))
+                        self._rolled_back()
         except Exception as exc:  # BEGIN or COMMIT failed: nothing of the group is kept
+            self._rolled_back()
             log.error("storage.write_group_failed", size=len(group), error=str(exc))
             self._failed_writes += len(group) - sum(not ok for ok, _ in outcomes)
             for call in group:
@@ -235,6 +243,10 @@ class Database:
             return
         for call, (ok, value) in zip(group, outcomes, strict=True):
             call.settle(ok, value)
+
+    def _rolled_back(self) -> None:
+        for forget in self._rollback_listeners:
+            forget()
 
     def _shut_down(self) -> None:
         leftover: list[_Call] = []

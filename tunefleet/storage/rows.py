@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import peewee as pw
+
 R = TypeVar("R")
 
 
@@ -180,9 +182,38 @@ def first_of(cls: type[R], query: Any) -> R | None:
     return rows[0] if rows else None
 
 
-def just_inserted(cls: type[R], query: Any) -> R:
-    """The row a write just inserted; its absence would be a bug, not a user error."""
-    row = first_of(cls, query)
-    if row is None:
-        raise LookupError(f"{cls.__name__} missing right after insert")
-    return row
+def inserted(cls: type[R], model: type[pw.Model], values: Mapping[str, Any]) -> R:
+    """The row that inserting `values` (keyed by model field name, the new primary key
+    included) stored, built without reading it back.
+
+    Each value goes through its field's ``db_value`` then ``python_value``, which is what
+    a read returns (a float column gives a float, JSON comes back parsed); a field not
+    given takes the model's default, as peewee's INSERT does. Every default is on the
+    Python side (models.py), so nothing the database fills in is missed.
+    """
+    data = {}
+    for name, field in _model_fields(cls, model):
+        if field.name in values:
+            value = values[field.name]
+        elif callable(field.default):
+            value = field.default()
+        else:
+            value = field.default
+        data[name] = field.python_value(field.db_value(value))
+    return cls(**data)
+
+
+_MODEL_FIELDS: dict[tuple[type, type], tuple[tuple[str, pw.Field], ...]] = {}
+
+
+def _model_fields(cls: type, model: type[pw.Model]) -> tuple[tuple[str, pw.Field], ...]:
+    """(row field name, model field) pairs; a foreign key `job` serves the row's `job_id`."""
+    key = (cls, model)
+    pairs = _MODEL_FIELDS.get(key)
+    if pairs is None:
+        fields = model._meta.fields
+        pairs = _MODEL_FIELDS[key] = tuple(
+            (name, fields.get(name) or fields[name.removesuffix("_id")])
+            for name in _field_names(cls)
+        )
+    return pairs

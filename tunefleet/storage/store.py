@@ -56,6 +56,7 @@ class Store:
         self._api_tokens = self.repos.api_tokens
         self._jobs = self.repos.jobs
         self._audit = self.repos.audit
+        db.on_rollback(self._audit.forget_chain_head)
 
     async def atomically(self, fn: Callable[[Repos], T]) -> T:
         """Run `fn(repos)` on the DB thread as one write: all of it commits or none does."""

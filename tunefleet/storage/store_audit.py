@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunefleet.storage.models import AuditEvent, canonical_json
-from tunefleet.storage.rows import AuditEventRow, just_inserted, rows_of
+from tunefleet.storage.rows import AuditEventRow, inserted, rows_of
 from tunefleet.storage.store_base import Now, page
 
 GENESIS_HASH = "0" * 64
@@ -59,6 +59,12 @@ class ChainCheck:
 class AuditRepo:
     def __init__(self, now: Now) -> None:
         self._now = now
+        # The newest event's hash, so an append need not read it back. Only this DB
+        # thread appends; the Store makes it forget on any rollback (see Database).
+        self._chain_head: str | None = None
+
+    def forget_chain_head(self) -> None:
+        self._chain_head = None
 
     def append(
         self,
@@ -75,13 +81,15 @@ class AuditRepo:
         # a float `at` (an int would come back as float) and JSON-shaped detail.
         when = float(self._now() if at is None else at)
         stored_detail = json.loads(canonical_json(detail or {}))
-        last = AuditEvent.select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)
-        prev_hash = last.scalar() or GENESIS_HASH
+        prev_hash = self._chain_head
+        if prev_hash is None:
+            last = AuditEvent.select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)
+            prev_hash = last.scalar() or GENESIS_HASH
         fields = _hashed_fields(when, kind, actor, client_address, target, outcome, stored_detail)
-        event_id = AuditEvent.insert(
-            **fields, prev_hash=prev_hash, hash=event_hash(prev_hash, fields)
-        ).execute()
-        return just_inserted(AuditEventRow, AuditEvent.select().where(AuditEvent.id == event_id))
+        values = {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}
+        values["id"] = AuditEvent.insert(**values).execute()
+        self._chain_head = values["hash"]
+        return inserted(AuditEventRow, AuditEvent, values)
 
     def find(
         self,

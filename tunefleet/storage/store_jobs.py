@@ -22,7 +22,7 @@ from tunefleet.storage.rows import (
     JobLogRow,
     JobRow,
     first_of,
-    just_inserted,
+    inserted,
     rows_of,
 )
 from tunefleet.storage.store_base import MAX_PAGE, Now, checked_fields, page, state_set
@@ -49,35 +49,37 @@ class LogLineLike(Protocol):
 class JobRepo:
     def __init__(self, now: Now) -> None:
         self._now = now
+        self._next_seq: int | None = None
 
     # --- jobs ---------------------------------------------------------------------------
 
     def create(self, job_id: str, *, config: dict[str, Any], **fields: Any) -> JobRow:
         """Insert a job with the next submission `seq` (state defaults to "pending").
 
-        seq is max+1 inside the write transaction. Writes in this process are serial on
-        the DB thread; another process racing for the same seq hits the unique index and
-        this retries with the next number.
+        Writes in this process are serial on the DB thread, so the next seq is kept in
+        memory rather than read with MAX() per job; a conflict on the unique indexes (the
+        id exists, or another process took the seq) reads it again and retries.
         """
         state = fields.pop("state", "pending")
         values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
         now = self._now()
         values.setdefault("submitted_at", now)
+        values.update(id=job_id, state=state, config=config, updated_at=now)
         for attempt in range(_SEQ_RETRIES):
-            if Job.select().where(Job.id == job_id).exists():
-                raise AlreadyExists(f"job {job_id} already exists")
-            seq = (Job.select(pw.fn.MAX(Job.seq)).scalar() or 0) + 1
+            values["seq"] = self._next_seq or (Job.select(pw.fn.MAX(Job.seq)).scalar() or 0) + 1
             try:
-                with database_proxy.atomic():
-                    Job.insert(
-                        id=job_id, seq=seq, state=state, config=config, updated_at=now, **values
-                    ).execute()
+                with database_proxy.atomic():  # a savepoint: PostgreSQL survives the conflict
+                    Job.insert(**values).execute()
+                break
             except pw.IntegrityError:
+                self._next_seq = None
+                if Job.select().where(Job.id == job_id).exists():
+                    raise AlreadyExists(f"job {job_id} already exists") from None
                 if attempt == _SEQ_RETRIES - 1:
                     raise
-                continue
-            break
-        return just_inserted(JobRow, Job.select().where(Job.id == job_id))
+        # A rolled-back transaction leaves a gap in seq, which only orders submissions.
+        self._next_seq = values["seq"] + 1
+        return inserted(JobRow, Job, values)
 
     def get(self, job_id: str) -> JobRow | None:
         return first_of(JobRow, Job.select().where(Job.id == job_id))
@@ -161,16 +163,21 @@ class JobRepo:
 
         An unknown job is a foreign-key IntegrityError (a caller bug, not a user error).
         """
-        existing = JobAttempt.select().where(JobAttempt.job == job_id, JobAttempt.number == number)
-        if existing.exists():
-            raise AlreadyExists(f"job {job_id} attempt {number} already exists")
-        attempt_id = JobAttempt.insert(
-            job=job_id,
-            number=number,
-            worker_id=worker_id,
-            dispatched_at=self._now() if dispatched_at is None else dispatched_at,
-        ).execute()
-        return just_inserted(JobAttemptRow, JobAttempt.select().where(JobAttempt.id == attempt_id))
+        values = {
+            "job": job_id,
+            "number": number,
+            "worker_id": worker_id,
+            "dispatched_at": self._now() if dispatched_at is None else dispatched_at,
+        }
+        try:
+            with database_proxy.atomic():  # a savepoint: PostgreSQL survives the conflict
+                values["id"] = JobAttempt.insert(**values).execute()
+        except pw.IntegrityError:
+            clash = JobAttempt.select().where(JobAttempt.job == job_id, JobAttempt.number == number)
+            if clash.exists():
+                raise AlreadyExists(f"job {job_id} attempt {number} already exists") from None
+            raise
+        return inserted(JobAttemptRow, JobAttempt, values)
 
     def ack_attempt(self, job_id: str, number: int, *, started_at: float | None = None) -> bool:
         """The worker's first report: the attempt is running. Once only."""
@@ -219,15 +226,16 @@ class JobRepo:
         detail: dict[str, Any] | None = None,
         at: float | None = None,
     ) -> JobEventRow:
-        event_id = JobEvent.insert(
-            job=job_id,
-            kind=kind,
-            worker_id=worker_id,
-            attempt=attempt,
-            detail=detail or {},
-            at=self._now() if at is None else at,
-        ).execute()
-        return just_inserted(JobEventRow, JobEvent.select().where(JobEvent.id == event_id))
+        values = {
+            "job": job_id,
+            "kind": kind,
+            "worker_id": worker_id,
+            "attempt": attempt,
+            "detail": detail or {},
+            "at": self._now() if at is None else at,
+        }
+        values["id"] = JobEvent.insert(**values).execute()
+        return inserted(JobEventRow, JobEvent, values)
 
     def events(self, job_id: str, *, after_id: int = 0, limit: int = MAX_PAGE) -> list[JobEventRow]:
         """The timeline in the order it happened."""

@@ -17,7 +17,7 @@ from tunefleet.storage.rows import (
     WorkerRow,
     WorkerTokenRow,
     first_of,
-    just_inserted,
+    inserted,
     rows_of,
 )
 from tunefleet.storage.store_base import Now, checked_fields, state_set
@@ -54,18 +54,18 @@ class WorkerRepo:
         if Worker.select().where(Worker.id == worker_id).exists():
             raise AlreadyExists(f"worker {worker_id} already exists")
         now = self._now()
-        Worker.insert(
+        values.update(
             id=worker_id,
             name=name,
             worker_type=worker_type,
             state=state,
             created_at=now,
             updated_at=now,
-            **values,
-        ).execute()
+        )
+        Worker.insert(**values).execute()
         if token_hash is not None:
             self.set_token(worker_id, token_hash)
-        return just_inserted(WorkerRow, Worker.select().where(Worker.id == worker_id))
+        return inserted(WorkerRow, Worker, values)
 
     def get(self, worker_id: str) -> WorkerRow | None:
         return first_of(WorkerRow, Worker.select().where(Worker.id == worker_id))
@@ -177,17 +177,18 @@ class ApiTokenRepo:
         self._now = now
 
     def create(self, *, name: str, token_hash: str, permissions: Sequence[str]) -> ApiTokenRow:
+        values: dict[str, Any] = {
+            "name": name,
+            "token_hash": token_hash,
+            "permissions": list(permissions),
+            "created_at": self._now(),
+        }
         try:
             with database_proxy.atomic():
-                token_id = ApiToken.insert(
-                    name=name,
-                    token_hash=token_hash,
-                    permissions=list(permissions),
-                    created_at=self._now(),
-                ).execute()
+                values["id"] = ApiToken.insert(**values).execute()
         except pw.IntegrityError:
             raise AlreadyExists("this API token hash is already in use") from None
-        return just_inserted(ApiTokenRow, ApiToken.select().where(ApiToken.id == token_id))
+        return inserted(ApiTokenRow, ApiToken, values)
 
     def by_hash(self, token_hash: str) -> ApiTokenRow | None:
         """The non-revoked token with this hash."""
