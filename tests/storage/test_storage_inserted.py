@@ -8,6 +8,7 @@ must leave nothing remembered behind.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -47,8 +48,19 @@ _ids = itertools.count()
 
 
 def same(written: object, read: object) -> bool:
-    """Equal, and of the same types all the way down (5 == 5.0, but a read gives 5.0)."""
-    return written == read and repr(written) == repr(read)
+    """Equal, and of the same types all the way down (5 == 5.0, but a read gives 5.0).
+    Not repr: PostgreSQL stores -0.0 as 0.0, which is equal and just as much a float."""
+    return written == read and _types(written) == _types(read)
+
+
+def _types(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _types({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+    if isinstance(value, dict):
+        return sorted((repr(key), _types(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return type(value).__name__, [_types(item) for item in value]
+    return type(value).__name__
 
 
 _SETTINGS = settings(
