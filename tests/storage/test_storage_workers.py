@@ -156,3 +156,39 @@ async def test_api_tokens_lifecycle(store: Store, clock: list[float]) -> None:
     assert len(await store.list_api_tokens(include_revoked=True)) == 2
     with pytest.raises(AlreadyExists, match="API token hash"):
         await store.create_api_token(name="again", token_hash="u" * 64, permissions=[])
+
+
+async def test_a_live_api_token_is_read_once_then_served_from_memory(store: Store) -> None:
+    token = await store.create_api_token(name="ci", token_hash="t" * 64, permissions=[])
+    assert await store.api_token_by_hash("t" * 64) == token
+    reads = store.db.stats.reads
+    for _ in range(5):
+        assert await store.api_token_by_hash("t" * 64) == token
+    assert store.db.stats.reads == reads
+    assert await store.api_token_by_hash("x" * 64) is None  # unknown: always asked
+    assert await store.api_token_by_hash("x" * 64) is None
+    assert store.db.stats.reads == reads + 2
+
+
+async def test_a_revocation_overlapping_a_lookup_leaves_no_live_copy(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = await store.create_api_token(name="ci", token_hash="t" * 64, permissions=[])
+    real_read, answer = store.db.read, asyncio.Event()
+
+    async def read_then_wait(fn: Any) -> Any:
+        row = await real_read(fn)  # the token, still alive
+        await answer.wait()  # ...handed back only after the revocation is done
+        return row
+
+    monkeypatch.setattr(store.db, "read", read_then_wait)
+    lookup = asyncio.ensure_future(store.api_token_by_hash("t" * 64))
+    for _ in range(500):
+        if store.db.stats.reads:
+            break
+        await asyncio.sleep(0.01)
+    assert await store.revoke_api_token(token.id)
+    answer.set()
+    assert await lookup == token  # it read before the revocation...
+    monkeypatch.setattr(store.db, "read", real_read)
+    assert await store.api_token_by_hash("t" * 64) is None  # ...and is not kept

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -57,6 +57,11 @@ class Store:
         self._jobs = self.repos.jobs
         self._audit = self.repos.audit
         db.on_rollback(self._audit.forget_chain_head)
+        self._now = now
+        # Live API tokens by hash. Every API request authenticates, and a token changes
+        # only through this Store (revoke, touch), so one read per token serves them all.
+        self._live_api_tokens: dict[str, ApiTokenRow] = {}
+        self._api_token_revocations = 0
 
     async def atomically(self, fn: Callable[[Repos], T]) -> T:
         """Run `fn(repos)` on the DB thread as one write: all of it commits or none does."""
@@ -142,16 +147,39 @@ class Store:
         )
 
     async def api_token_by_hash(self, token_hash: str) -> ApiTokenRow | None:
-        return await self.db.read(partial(self._api_tokens.by_hash, token_hash))
+        """The non-revoked token with this hash; read once, then kept until revoked."""
+        row = self._live_api_tokens.get(token_hash)
+        if row is not None:
+            return row
+        revocations = self._api_token_revocations
+        row = await self.db.read(partial(self._api_tokens.by_hash, token_hash))
+        # A revocation that overlapped this read may have come after it: keep nothing.
+        if row is not None and revocations == self._api_token_revocations:
+            self._live_api_tokens[token_hash] = row
+        return row
 
     async def list_api_tokens(self, *, include_revoked: bool = False) -> list[ApiTokenRow]:
         return await self.db.read(partial(self._api_tokens.find, include_revoked=include_revoked))
 
     async def revoke_api_token(self, token_id: int) -> bool:
-        return await self.db.write(partial(self._api_tokens.revoke, token_id))
+        self._api_token_revocations += 1
+        try:
+            return await self.db.write(partial(self._api_tokens.revoke, token_id))
+        finally:
+            self._api_token_revocations += 1
+            self._live_api_tokens = {
+                token_hash: row
+                for token_hash, row in self._live_api_tokens.items()
+                if row.id != token_id
+            }
 
     async def touch_api_token(self, token_id: int) -> bool:
-        return await self.db.write(partial(self._api_tokens.touch, token_id))
+        now = self._now()
+        touched = await self.db.write(partial(self._api_tokens.touch, token_id, at=now))
+        for token_hash, row in list(self._live_api_tokens.items()):
+            if row.id == token_id:
+                self._live_api_tokens[token_hash] = replace(row, last_used_at=now)
+        return touched
 
     # --- jobs ---------------------------------------------------------------------------
 

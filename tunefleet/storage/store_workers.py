@@ -210,9 +210,9 @@ class ApiTokenRepo:
         )
         return bool(query.execute())
 
-    def touch(self, token_id: int) -> bool:
-        """Record a use of an active token."""
-        query = ApiToken.update(last_used_at=self._now()).where(
+    def touch(self, token_id: int, *, at: float | None = None) -> bool:
+        """Record a use of an active token (at `at`, or now)."""
+        query = ApiToken.update(last_used_at=self._now() if at is None else at).where(
             ApiToken.id == token_id, ApiToken.revoked_at.is_null()
         )
         return bool(query.execute())
