@@ -12,7 +12,9 @@ import asyncio
 import datetime
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -81,6 +83,7 @@ class AuditLog:
         # event loop never waits on the disk.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefleet-audit")
         self._file: IO[str] | None = None
+        self._batch: _LineBatch | None = None
         self._closed = False
         self._renderer = structlog.processors.JSONRenderer(default=str, ensure_ascii=False)
 
@@ -135,6 +138,7 @@ class AuditLog:
         if self._closed:
             return
         self._closed = True
+        self._flush()  # lines queued behind the last record go before the file closes
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._writer, self._close_file)
         await asyncio.to_thread(self._writer.shutdown, True)
@@ -142,14 +146,37 @@ class AuditLog:
     # --- the file (on the writer thread) ------------------------------------------
 
     async def _append_line(self, fields: dict[str, Any]) -> None:
-        line = self._renderer(None, "info", fields)
+        # Lines recorded in the same turn of the event loop go to the writer thread
+        # together: one hand-off per batch, not one per line, under load.
+        batch = self._batch
+        if batch is None:
+            loop = asyncio.get_running_loop()
+            batch = self._batch = _LineBatch(loop.create_future())
+            loop.call_soon(self._flush)
+        batch.lines.append(str(self._renderer(None, "info", fields)))
+        batch.kinds.append(str(fields["kind"]))
+        # Shielded: a cancelled caller must not cancel the other callers' shared wait.
+        await asyncio.shield(batch.written)
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch is None:
+            return
         loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._writer, self._write, str(line))
-        except OSError as error:
+        writing = loop.run_in_executor(self._writer, self._write_lines, batch.lines)
+        writing.add_done_callback(partial(self._written, batch))
+
+    def _written(self, batch: _LineBatch, writing: asyncio.Future[None]) -> None:
+        error = writing.exception()
+        if error is not None:
             log.error(
-                "audit line not written", path=str(self.path), kind=fields["kind"], error=str(error)
+                "audit line not written", path=str(self.path), kinds=batch.kinds, error=str(error)
             )
+        batch.written.set_result(None)
+
+    def _write_lines(self, lines: list[str]) -> None:
+        for line in lines:
+            self._write(line)
 
     def _write(self, line: str) -> None:
         if self._file is None:
@@ -162,6 +189,15 @@ class AuditLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+@dataclass(slots=True)
+class _LineBatch:
+    """Lines waiting for the writer thread, and the future their callers await."""
+
+    written: asyncio.Future[None]
+    lines: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
 
 
 def _line_fields(

@@ -172,6 +172,36 @@ async def test_the_file_is_written_off_the_event_loop(
     assert threads[0].startswith("tunefleet-audit")
 
 
+async def test_lines_recorded_together_reach_the_writer_together(
+    audit: AuditLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[int] = []
+    real_write_lines = AuditLog._write_lines
+
+    def spy(self: AuditLog, batch: list[str]) -> None:
+        batches.append(len(batch))
+        real_write_lines(self, batch)
+
+    monkeypatch.setattr(AuditLog, "_write_lines", spy)
+    await asyncio.gather(
+        *(audit.record("job.status", actor=f"w_{i}", target=f"j_{i}") for i in range(20))
+    )
+    assert sum(batches) == 20
+    assert len(batches) < 20  # one hand-off to the writer thread per batch, not per line
+    assert [line["actor"] for line in lines(audit.path)] == [f"w_{i}" for i in range(20)]
+
+
+async def test_a_cancelled_caller_leaves_the_others_lines_written(audit: AuditLog) -> None:
+    first = asyncio.ensure_future(audit.record("job.status", actor="w_1", target="j_1"))
+    second = asyncio.ensure_future(audit.record("job.status", actor="w_2", target="j_2"))
+    for _ in range(3):  # both stored, both waiting on the same batch of lines
+        await asyncio.sleep(0)
+    first.cancel()
+    await second
+    await audit.close()
+    assert [line["actor"] for line in lines(audit.path)] == ["w_1", "w_2"]
+
+
 async def test_unknown_kind_is_refused_and_nothing_is_written(
     audit: AuditLog, store: FakeStore
 ) -> None:
