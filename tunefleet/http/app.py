@@ -27,6 +27,7 @@ from tunefleet.errors import TunefleetError
 from tunefleet.http import keys
 from tunefleet.http.bootstrap import ensure_admin_token, startup_banner
 from tunefleet.http.errors import request_id_on_prepare
+from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.metrics import Metrics
 from tunefleet.http.routes import build_routes, middlewares
 from tunefleet.http.tls import ensure_self_signed, fingerprint, server_ssl_context
@@ -188,6 +189,8 @@ def _serve(options: ServerOptions) -> int:
         ssl_context = server_ssl_context(cert, key)
         print(f"TLS certificate {cert} (SHA-256 fingerprint {fingerprint(cert)})", flush=True)
     app = build_app(options)
+    # Process-wide, so only here: in-process test servers leave the collector alone.
+    app.cleanup_ctx.append(gc_policy_ctx)
 
     async def announce(app: web.Application) -> None:
         print(app[keys.BANNER], flush=True)
