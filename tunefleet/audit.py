@@ -105,6 +105,37 @@ class AuditLog:
         and the store's error is raised; a failing file write is logged, not raised,
         since the stored, hash-chained record is the authoritative copy.
         """
+        event = self.entry(
+            kind,
+            actor=actor,
+            outcome=outcome,
+            target=target,
+            client_address=client_address,
+            **detail,
+        )
+        try:
+            stored = await self._store_append(event.kind, at=event.at, **event.fields)
+        except Exception as error:
+            await self._append_line(
+                _line_fields(event, stored=None, store_error=redact_text(str(error)))
+            )
+            raise
+        await self.recorded(event, stored)
+        return stored
+
+    def entry(
+        self,
+        kind: str,
+        *,
+        actor: str | None,
+        outcome: str = "success",
+        target: str | None = None,
+        client_address: str | None = None,
+        **detail: Any,
+    ) -> AuditEntry:
+        """An event checked and scrubbed as ``record`` does, for the caller to store in
+        the transaction of the change it describes (``AuditRepo.append(**entry.row())``),
+        then to hand to ``recorded``: one commit for the change and its audit event."""
         if self._closed:
             raise RuntimeError("the audit log is closed")
         if kind not in _KINDS:
@@ -115,7 +146,6 @@ class AuditLog:
                 f"audit event {kind} has secret-named detail {secret_keys}; "
                 "never audit a secret, record its id or hash"
             )
-        at = self._clock.time()
         fields: dict[str, Any] = {
             "actor": _scrub_text(actor),
             "client_address": _scrub_text(client_address),
@@ -123,15 +153,11 @@ class AuditLog:
             "outcome": redact_text(outcome),
             "detail": _scrub_detail(kind, detail),
         }
-        try:
-            stored = await self._store_append(str(kind), at=at, **fields)
-        except Exception as error:
-            await self._append_line(
-                _line_fields(kind, at, fields, stored=None, store_error=redact_text(str(error)))
-            )
-            raise
-        await self._append_line(_line_fields(kind, at, fields, stored=stored))
-        return stored
+        return AuditEntry(str(kind), self._clock.time(), fields)
+
+    async def recorded(self, event: AuditEntry, stored: Any) -> None:
+        """Append the line of an event now stored (``stored`` is its stored record)."""
+        await self._append_line(_line_fields(event, stored=stored))
 
     async def close(self) -> None:
         """Write what is queued, then close the file. Safe to call twice."""
@@ -191,6 +217,19 @@ class AuditLog:
             self._file = None
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One checked, scrubbed audit event, not yet stored."""
+
+    kind: str
+    at: float
+    fields: dict[str, Any]  # actor, client_address, target, outcome, detail
+
+    def row(self) -> dict[str, Any]:
+        """The keyword arguments of ``AuditRepo.append`` that store it."""
+        return {"kind": self.kind, "at": self.at, **self.fields}
+
+
 @dataclass(slots=True)
 class _LineBatch:
     """Lines waiting for the writer thread, and the future their callers await."""
@@ -201,21 +240,16 @@ class _LineBatch:
 
 
 def _line_fields(
-    kind: str,
-    at: float,
-    fields: dict[str, Any],
-    *,
-    stored: Any,
-    store_error: str | None = None,
+    event: AuditEntry, *, stored: Any, store_error: str | None = None
 ) -> dict[str, Any]:
     """The JSON line: the stored id and hash when there are, to check the table against."""
     line: dict[str, Any] = {
-        "timestamp": datetime.datetime.fromtimestamp(at, datetime.UTC)
+        "timestamp": datetime.datetime.fromtimestamp(event.at, datetime.UTC)
         .isoformat()
         .replace("+00:00", "Z"),
-        "at": at,
-        "kind": str(kind),
-        **fields,
+        "at": event.at,
+        "kind": event.kind,
+        **event.fields,
     }
     if store_error is not None:
         line["stored"] = False

@@ -300,21 +300,20 @@ class Fleet:
         rec.state = JobState.PENDING
         rec.submitted_by = actor
         rec.submitted_at = self.ctx.clock.time()
-        rec.seq = await self.ctx.persistence.create_job(rec)
-        job = JobActor(self.ctx, rec)
-        self.ctx.jobs[rec.job_id] = job
-        self.ctx.system.spawn(job)
-        # Schedule before the audit write is awaited: its write is queued first (so the
-        # chain keeps the order), and the dispatch commit can share its transaction
-        # instead of waiting for a commit of its own.
-        self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
-        await self.ctx.audit.record(
+        event = self.ctx.audit.entry(
             AuditKind.JOB_SUBMITTED,
             actor=actor,
             target=rec.job_id,
             config_name=rec.config_name,
             target_kind=rec.target,
         )
+        rec.seq, stored = await self.ctx.persistence.create_job(rec, event)
+        job = JobActor(self.ctx, rec)
+        self.ctx.jobs[rec.job_id] = job
+        self.ctx.system.spawn(job)
+        # Schedule before the audit line is written: the dispatch commit need not wait.
+        self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
+        await self.ctx.audit.recorded(event, stored)
         reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(rec.job_id)))
         if reason is not None:
             rec.wait_reason = reason

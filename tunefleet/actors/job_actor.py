@@ -91,7 +91,16 @@ class JobActor(JobFsmMixin, Actor):
         self.rec.dispatched_at = now
         self.rec.wait_reason = None
         try:
-            await self.ctx.persistence.commit_dispatch(self._sync(), worker_id, self.attempts, now)
+            event = self.ctx.audit.entry(
+                AuditKind.JOB_DISPATCHED,
+                actor="scheduler",
+                target=self.job_id,
+                worker_id=worker_id,
+                attempt=self.attempts,
+            )
+            stored = await self.ctx.persistence.commit_dispatch(
+                self._sync(), worker_id, self.attempts, now, event
+            )
         except Exception:
             # Nothing was recorded: undo in memory and let the scheduler try again.
             self.state, self.attempts, self.worker_id = JobState.PENDING, self.attempts - 1, None
@@ -101,13 +110,7 @@ class JobActor(JobFsmMixin, Actor):
         self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
         worker.tell(m.PushJob(self.job_id, self.submit_payload()))
         self.arm_ack_timer()
-        await self.ctx.audit.record(
-            AuditKind.JOB_DISPATCHED,
-            actor="scheduler",
-            target=self.job_id,
-            worker_id=worker_id,
-            attempt=self.attempts,
-        )
+        await self.ctx.audit.recorded(event, stored)
         self._publish()
 
     def submit_payload(self) -> dict[str, Any]:
@@ -300,13 +303,14 @@ class JobActor(JobFsmMixin, Actor):
         if new_state == JobState.PENDING:
             self.rec.finished_at = now  # the wait for the next dispatch starts now
             self.rec.progress = None
-            await self.ctx.persistence.commit_requeue(
-                self.job_id, self.attempts, worker_id, reason, now
-            )
-            self.ctx.metrics.requeues.labels(reason=_reason_kind(reason)).inc()
-            await self.ctx.audit.record(
+            event = self.ctx.audit.entry(
                 AuditKind.JOB_REQUEUED, actor="supervisor", target=self.job_id, reason=reason
             )
+            stored = await self.ctx.persistence.commit_requeue(
+                self.job_id, self.attempts, worker_id, reason, now, event
+            )
+            self.ctx.metrics.requeues.labels(reason=_reason_kind(reason)).inc()
+            await self.ctx.audit.recorded(event, stored)
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             self._publish()
             return
@@ -324,13 +328,14 @@ class JobActor(JobFsmMixin, Actor):
     ) -> None:
         self.rec.finished_at = now
         self.rec.error = reason if dest != JobState.COMPLETED else None
-        await self.ctx.persistence.commit_end(
-            self.job_id, dest, self.attempts, worker_id, reason, now, self.rec.progress
-        )
-        self.ctx.metrics.jobs_finished.labels(outcome=str(dest)).inc()
-        await self.ctx.audit.record(
+        event = self.ctx.audit.entry(
             f"job.{dest}", actor=worker_id or "orchestrator", target=self.job_id, reason=reason
         )
+        stored = await self.ctx.persistence.commit_end(
+            self.job_id, dest, self.attempts, worker_id, reason, now, self.rec.progress, event
+        )
+        self.ctx.metrics.jobs_finished.labels(outcome=str(dest)).inc()
+        await self.ctx.audit.recorded(event, stored)
         log.info("job ended", job_id=self.job_id, state=str(dest), reason=reason)
 
     def _release_worker(self, *, hold: bool) -> None:

@@ -1,8 +1,9 @@
 """The durable writes the orchestrator's actors ask for, each one transaction.
 
 Actors speak in domain steps (a dispatch, an acknowledgement, a requeue, an end);
-this module turns each step into compare-and-set updates plus the attempt and
-timeline rows that go with it, so a step is recorded whole or not at all.
+this module turns each step into compare-and-set updates plus the attempt, timeline
+and audit rows that go with it, so a step is recorded whole or not at all, in one
+commit (the audit event's JSON line follows, from AuditLog.recorded).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import structlog
 
 from tunefleet.actors.clock import Clock, Timer
 from tunefleet.actors.records import JobRecord, WorkerRecord
+from tunefleet.audit import AuditEntry
 from tunefleet.errors import Conflict
-from tunefleet.storage.rows import JobRow, WorkerRow
+from tunefleet.storage.rows import AuditEventRow, JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
 
 _LIVE = ("pending", "dispatched", "running")
@@ -194,8 +196,10 @@ class Persistence:
 
     # --- jobs ---------------------------------------------------------------------------
 
-    async def create_job(self, rec: JobRecord) -> int:
-        def create(repos: Repos) -> int:
+    async def create_job(self, rec: JobRecord, event: AuditEntry) -> tuple[int, AuditEventRow]:
+        """Store a submitted job with its audit event; (its seq, the stored event)."""
+
+        def create(repos: Repos) -> tuple[int, AuditEventRow]:
             row = repos.jobs.create(
                 rec.job_id,
                 config=rec.config,
@@ -221,7 +225,7 @@ class Persistence:
                 detail={"by": rec.submitted_by, "target": rec.target},
                 at=rec.submitted_at,
             )
-            return row.seq
+            return row.seq, repos.audit.append(**event.row())
 
         return await self.store.atomically(create)
 
@@ -229,9 +233,9 @@ class Persistence:
         await self.store.update_job(job_id, wait_reason=reason)
 
     async def commit_dispatch(
-        self, rec: JobRecord, worker_id: str, attempt: int, now: float
-    ) -> None:
-        def dispatch(repos: Repos) -> None:
+        self, rec: JobRecord, worker_id: str, attempt: int, now: float, event: AuditEntry
+    ) -> AuditEventRow:
+        def dispatch(repos: Repos) -> AuditEventRow:
             moved = repos.jobs.cas_state(
                 rec.job_id,
                 "pending",
@@ -247,8 +251,9 @@ class Persistence:
             repos.jobs.append_event(
                 rec.job_id, "dispatched", worker_id=worker_id, attempt=attempt, at=now
             )
+            return repos.audit.append(**event.row())
 
-        await self.store.atomically(dispatch)
+        return await self.store.atomically(dispatch)
 
     async def commit_start(
         self, job_id: str, attempt: int, worker_id: str | None, now: float
@@ -282,9 +287,15 @@ class Persistence:
         await self.store.update_job(job_id, progress=progress)
 
     async def commit_requeue(
-        self, job_id: str, attempt: int, worker_id: str | None, reason: str, now: float
-    ) -> None:
-        def requeue(repos: Repos) -> None:
+        self,
+        job_id: str,
+        attempt: int,
+        worker_id: str | None,
+        reason: str,
+        now: float,
+        event: AuditEntry,
+    ) -> AuditEventRow:
+        def requeue(repos: Repos) -> AuditEventRow:
             repos.jobs.cas_state(
                 job_id, ("dispatched", "running"), "pending", worker_id=None, progress=None
             )
@@ -297,8 +308,9 @@ class Persistence:
                 detail={"reason": reason},
                 at=now,
             )
+            return repos.audit.append(**event.row())
 
-        await self.store.atomically(requeue)
+        return await self.store.atomically(requeue)
 
     async def commit_end(
         self,
@@ -309,8 +321,9 @@ class Persistence:
         reason: str | None,
         now: float,
         progress: dict[str, Any] | None,
-    ) -> None:
-        def end(repos: Repos) -> None:
+        event: AuditEntry,
+    ) -> AuditEventRow:
+        def end(repos: Repos) -> AuditEventRow:
             repos.jobs.cas_state(
                 job_id, _LIVE, state, finished_at=now, error=reason, progress=progress
             )
@@ -324,8 +337,9 @@ class Persistence:
                 detail={"reason": reason} if reason else {},
                 at=now,
             )
+            return repos.audit.append(**event.row())
 
-        await self.store.atomically(end)
+        return await self.store.atomically(end)
 
     async def job_summary(self, job_id: str) -> tuple[str, str | None, set[str]] | None:
         """(state, assigned worker, every worker that had an attempt) of a stored job."""
