@@ -20,7 +20,8 @@ from storage_testkit import DbTarget
 
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.migrations import migrate
-from tunefleet.storage.models import database_proxy
+from tunefleet.storage.models import Job, database_proxy
+from tunefleet.storage.statements import insert_row, update_where
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_audit import AuditRepo
 from tunefleet.storage.store_jobs import JobRepo
@@ -190,3 +191,16 @@ async def test_a_rolled_back_job_leaves_seq_strictly_increasing(store: Store) ->
     with pytest.raises(AlreadyExists, match="j_b already exists"):
         await store.create_job("j_b", config={})
     assert [job.id for job in await store.list_jobs(order="seq")] == ["j_a", "j_b"]
+
+
+def test_a_compare_and_set_needs_a_value_to_compare_with(repos: Repos) -> None:
+    repos.jobs.create("j_cas", config={})
+    with pytest.raises(ValueError, match="state must be one of at least one value"):
+        update_where(Job, {"priority": 1}, equal={"id": "j_cas"}, one_of=("state", []))
+    assert update_where(Job, {"priority": 1}, equal={"id": "j_cas"}, one_of=("state", ["x"])) == 0
+    assert update_where(Job, {"priority": 1}, equal={"id": "j_cas"}) == 1
+
+
+async def test_statements_run_only_on_the_database_thread() -> None:
+    with pytest.raises(AttributeError, match="only run on the database thread"):
+        insert_row(Job, {"id": "j_loop", "seq": 1, "submitted_at": 0.0, "updated_at": 0.0})

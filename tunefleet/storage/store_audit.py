@@ -17,6 +17,7 @@ from typing import Any
 
 from tunefleet.storage.models import AuditEvent, canonical_json
 from tunefleet.storage.rows import AuditEventRow, inserted, rows_of
+from tunefleet.storage.statements import insert_row
 from tunefleet.storage.store_base import Now, page
 
 GENESIS_HASH = "0" * 64
@@ -87,9 +88,9 @@ class AuditRepo:
             prev_hash = last.scalar() or GENESIS_HASH
         fields = _hashed_fields(when, kind, actor, client_address, target, outcome, stored_detail)
         values = {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}
-        values["id"] = AuditEvent.insert(**values).execute()
+        stored = insert_row(AuditEvent, values)
         self._chain_head = values["hash"]
-        return inserted(AuditEventRow, AuditEvent, values)
+        return inserted(AuditEventRow, AuditEvent, stored)
 
     def find(
         self,

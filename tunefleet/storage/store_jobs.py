@@ -25,6 +25,7 @@ from tunefleet.storage.rows import (
     inserted,
     rows_of,
 )
+from tunefleet.storage.statements import insert_row, update_where
 from tunefleet.storage.store_base import MAX_PAGE, Now, checked_fields, page, state_set
 
 JobOrder = Literal["newest", "seq"]
@@ -69,7 +70,7 @@ class JobRepo:
             values["seq"] = self._next_seq or (Job.select(pw.fn.MAX(Job.seq)).scalar() or 0) + 1
             try:
                 with database_proxy.atomic():  # a savepoint: PostgreSQL survives the conflict
-                    Job.insert(**values).execute()
+                    stored = insert_row(Job, values)
                 break
             except pw.IntegrityError:
                 self._next_seq = None
@@ -79,7 +80,7 @@ class JobRepo:
                     raise
         # A rolled-back transaction leaves a gap in seq, which only orders submissions.
         self._next_seq = values["seq"] + 1
-        return inserted(JobRow, Job, values)
+        return inserted(JobRow, Job, stored)
 
     def get(self, job_id: str) -> JobRow | None:
         return first_of(JobRow, Job.select().where(Job.id == job_id))
@@ -125,7 +126,7 @@ class JobRepo:
         """Set fields other than state (use cas_state); False when the job is unknown."""
         values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
         values["updated_at"] = self._now()
-        return bool(Job.update(**values).where(Job.id == job_id).execute())
+        return bool(update_where(Job, values, equal={"id": job_id}))
 
     def cas_state(
         self, job_id: str, expected: str | Collection[str], new: str, **changes: Any
@@ -133,8 +134,10 @@ class JobRepo:
         """Move to `new` (setting `changes`) only if the state is still `expected`."""
         values = checked_fields(Job, changes, forbidden=_JOB_FIXED)
         values.update(state=new, updated_at=self._now())
-        query = Job.update(**values).where(Job.id == job_id, Job.state.in_(state_set(expected)))
-        return bool(query.execute())
+        changed = update_where(
+            Job, values, equal={"id": job_id}, one_of=("state", state_set(expected))
+        )
+        return bool(changed)
 
     def _filtered(
         self,
@@ -171,25 +174,23 @@ class JobRepo:
         }
         try:
             with database_proxy.atomic():  # a savepoint: PostgreSQL survives the conflict
-                values["id"] = JobAttempt.insert(**values).execute()
+                stored = insert_row(JobAttempt, values)
         except pw.IntegrityError:
             clash = JobAttempt.select().where(JobAttempt.job == job_id, JobAttempt.number == number)
             if clash.exists():
                 raise AlreadyExists(f"job {job_id} attempt {number} already exists") from None
             raise
-        return inserted(JobAttemptRow, JobAttempt, values)
+        return inserted(JobAttemptRow, JobAttempt, stored)
 
     def ack_attempt(self, job_id: str, number: int, *, started_at: float | None = None) -> bool:
         """The worker's first report: the attempt is running. Once only."""
-        query = JobAttempt.update(
-            started_at=self._now() if started_at is None else started_at
-        ).where(
-            JobAttempt.job == job_id,
-            JobAttempt.number == number,
-            JobAttempt.started_at.is_null(),
-            JobAttempt.ended_at.is_null(),
+        changed = update_where(
+            JobAttempt,
+            {"started_at": self._now() if started_at is None else started_at},
+            equal={"job": job_id, "number": number},
+            null=("started_at", "ended_at"),
         )
-        return bool(query.execute())
+        return bool(changed)
 
     def end_attempt(
         self,
@@ -201,14 +202,17 @@ class JobRepo:
         ended_at: float | None = None,
     ) -> bool:
         """Close an attempt with its outcome; False if it is unknown or already ended."""
-        query = JobAttempt.update(
-            outcome=outcome,
-            reason=reason,
-            ended_at=self._now() if ended_at is None else ended_at,
-        ).where(
-            JobAttempt.job == job_id, JobAttempt.number == number, JobAttempt.ended_at.is_null()
+        changed = update_where(
+            JobAttempt,
+            {
+                "outcome": outcome,
+                "reason": reason,
+                "ended_at": self._now() if ended_at is None else ended_at,
+            },
+            equal={"job": job_id, "number": number},
+            null=("ended_at",),
         )
-        return bool(query.execute())
+        return bool(changed)
 
     def attempts(self, job_id: str) -> list[JobAttemptRow]:
         query = JobAttempt.select().where(JobAttempt.job == job_id).order_by(JobAttempt.number)
@@ -234,8 +238,7 @@ class JobRepo:
             "detail": detail or {},
             "at": self._now() if at is None else at,
         }
-        values["id"] = JobEvent.insert(**values).execute()
-        return inserted(JobEventRow, JobEvent, values)
+        return inserted(JobEventRow, JobEvent, insert_row(JobEvent, values))
 
     def events(self, job_id: str, *, after_id: int = 0, limit: int = MAX_PAGE) -> list[JobEventRow]:
         """The timeline in the order it happened."""

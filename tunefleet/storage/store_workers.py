@@ -20,6 +20,7 @@ from tunefleet.storage.rows import (
     inserted,
     rows_of,
 )
+from tunefleet.storage.statements import update_where
 from tunefleet.storage.store_base import Now, checked_fields, state_set
 
 _WORKER_FIXED = ("id", "state", "created_at", "updated_at")
@@ -92,7 +93,7 @@ class WorkerRepo:
         """Set fields other than state (use cas_state); False when the worker is unknown."""
         values = checked_fields(Worker, fields, forbidden=_WORKER_FIXED)
         values["updated_at"] = self._now()
-        return bool(Worker.update(**values).where(Worker.id == worker_id).execute())
+        return bool(update_where(Worker, values, equal={"id": worker_id}))
 
     def save_heartbeats(self, beats: Sequence[HeartbeatColumns]) -> int:
         """Many workers' heartbeat columns at once: one statement, built once and run
@@ -123,10 +124,10 @@ class WorkerRepo:
         """Move to `new` only if the state is still `expected`; True when it happened."""
         values = checked_fields(Worker, changes, forbidden=_WORKER_FIXED)
         values.update(state=new, updated_at=self._now())
-        query = Worker.update(**values).where(
-            Worker.id == worker_id, Worker.state.in_(state_set(expected))
+        changed = update_where(
+            Worker, values, equal={"id": worker_id}, one_of=("state", state_set(expected))
         )
-        return bool(query.execute())
+        return bool(changed)
 
     def delete(self, worker_id: str) -> bool:
         """Delete a worker and (by cascade) its tokens; jobs keep their history."""
