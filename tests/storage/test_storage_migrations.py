@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import peewee as pw
 import pytest
 from storage_testkit import DbTarget
 
-from tunefleet.storage import migrations
+from tunefleet.storage import database, migrations, urls
 from tunefleet.storage.database import Database, open_database
-from tunefleet.storage.errors import SchemaTooNew
+from tunefleet.storage.errors import DatabaseUnavailable, SchemaTooNew
 from tunefleet.storage.migrations import LATEST_VERSION, Migration, current_version, migrate
 from tunefleet.storage.models import ALL_MODELS, database_proxy
 from tunefleet.storage.store import Store
@@ -212,3 +214,19 @@ async def test_two_processes_opening_a_new_database_at_once(db_target: DbTarget)
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_file_locked_past_the_busy_timeout_is_refused_saying_what_to_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in (urls, database):
+        monkeypatch.setattr(module, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    holder = sqlite3.connect(tmp_path / "tunefleet.db", isolation_level=None)
+    holder.execute("CREATE TABLE held (x)")
+    holder.execute("BEGIN EXCLUSIVE")  # another tool holding the file, say
+    try:
+        with pytest.raises(DatabaseUnavailable, match=r"database is locked; check that"):
+            await open_database(None, tmp_path)
+    finally:
+        holder.rollback()
+        holder.close()

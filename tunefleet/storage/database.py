@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from tunefleet.storage.errors import DatabaseClosed, DatabaseUnavailable
 from tunefleet.storage.migrations import MigrationResult, migrate
 from tunefleet.storage.models import database_proxy
 from tunefleet.storage.urls import (
+    SQLITE_BUSY_TIMEOUT_MS,
     Backend,
     DatabaseConfig,
     build_peewee_database,
@@ -205,8 +207,23 @@ class Database:
                 self._pw.close()
             except pw.PeeweeException:
                 self._pw.dispose()
-        self._pw.connect(reuse_if_open=True)
+        self._connect(self._pw)
         return self._pw
+
+    def _connect(self, database: pw.Database) -> None:
+        # Two processes opening a new SQLite file at once: switching it to WAL (a pragma
+        # run on connecting) can fail at once with "database is locked", without waiting
+        # out the busy timeout. Wait for the other to finish, as the busy timeout would.
+        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                database.connect(reuse_if_open=True)
+                return
+            except pw.OperationalError as exc:
+                locked = self.backend == "sqlite" and "locked" in str(exc)
+                if not locked or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
 
     def _run_read(self, call: _Call) -> None:
         self._reads += 1
