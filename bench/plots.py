@@ -47,7 +47,7 @@ def cdf(
         ys = [(i + 1) / len(ordered) for i in range(len(ordered))]
         ax.step(ordered, ys, where="post", label=f"{label} (n={len(ordered)})")
     if log_x:
-        ax.set_xscale("log")
+        _plain_log_x(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("fraction ≤ x")
     ax.set_ylim(0, 1.01)
@@ -79,13 +79,23 @@ def scaling(
     if target is not None:
         ax.axhline(target, color="red", linewidth=0.8, linestyle="--", label="target")
     if log_x:
-        ax.set_xscale("log")
+        _plain_log_x(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, plt, name)
+
+
+def _plain_log_x(ax: Any) -> None:
+    """A log x axis labelled 1, 2, 5, 10, 20… rather than in powers of ten."""
+    from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _save(fig: Any, plt: Any, name: str) -> Path:
