@@ -89,11 +89,11 @@ def scaling(
 
 
 def _plain_log_x(ax: Any) -> None:
-    """A log x axis labelled 1, 2, 5, 10, 20… rather than in powers of ten."""
+    """A log x axis labelled 1, 3, 10, 30… rather than in powers of ten."""
     from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
 
     ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 3.0)))
     ax.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
 
