@@ -182,25 +182,17 @@ def first_of(cls: type[R], query: Any) -> R | None:
     return rows[0] if rows else None
 
 
-def inserted(cls: type[R], model: type[pw.Model], values: Mapping[str, Any]) -> R:
-    """The row that inserting `values` (keyed by model field name, the new primary key
-    included) stored, built without reading it back.
-
-    Each value goes through its field's ``db_value`` then ``python_value``, which is what
-    a read returns (a float column gives a float, JSON comes back parsed); a field not
-    given takes the model's default, as peewee's INSERT does. Every default is on the
-    Python side (models.py), so nothing the database fills in is missed.
-    """
-    data = {}
-    for name, field in _model_fields(cls, model):
-        if field.name in values:
-            value = values[field.name]
-        elif callable(field.default):
-            value = field.default()
-        else:
-            value = field.default
-        data[name] = field.python_value(field.db_value(value))
-    return cls(**data)
+def inserted(cls: type[R], model: type[pw.Model], stored: Mapping[str, Any]) -> R:
+    """The row an INSERT stored, built without reading it back: ``stored`` holds every
+    field as the database does (statements.insert_row returns it), and each goes
+    through its field's ``python_value``, as a read would (a float column gives a float,
+    JSON comes back parsed)."""
+    return cls(
+        **{
+            name: field.python_value(stored[field.name])
+            for name, field in _model_fields(cls, model)
+        }
+    )
 
 
 _MODEL_FIELDS: dict[tuple[type, type], tuple[tuple[str, pw.Field], ...]] = {}

@@ -22,20 +22,21 @@ _SQL: dict[tuple[Any, ...], str] = {}
 
 def insert_row(model: type[pw.Model], values: Mapping[str, Any]) -> dict[str, Any]:
     """INSERT one row of ``model``: the given values (by field name), the model's default
-    for the others. Returns every field's value as stored, the new id included."""
+    for the others. Returns every field as the database holds it (each field's
+    ``db_value``; JSON as text), the new id included: rows.inserted reads it as a row."""
     db = _database()
     meta = model._meta
     auto = meta.primary_key if isinstance(meta.primary_key, pw.AutoField) else None
     fields = [f for f in meta.sorted_fields if f is not auto]
-    row = {f.name: _value_or_default(f, values) for f in fields}
+    stored = {f.name: f.db_value(_value_or_default(f, values)) for f in fields}
     key = ("insert", model, type(db))
     sql = _SQL.get(key)
     if sql is None:
         sql = _SQL[key] = _insert_sql(db, meta.table_name, fields, auto)
-    cursor = db.execute_sql(sql, [f.db_value(row[f.name]) for f in fields])
+    cursor = db.execute_sql(sql, list(stored.values()))
     if auto is not None:
-        row[auto.name] = cursor.fetchone()[0] if db.returning_clause else cursor.lastrowid
-    return row
+        stored[auto.name] = cursor.fetchone()[0] if db.returning_clause else cursor.lastrowid
+    return stored
 
 
 def update_where(

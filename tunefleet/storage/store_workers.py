@@ -20,7 +20,7 @@ from tunefleet.storage.rows import (
     inserted,
     rows_of,
 )
-from tunefleet.storage.statements import update_where
+from tunefleet.storage.statements import insert_row, update_where
 from tunefleet.storage.store_base import Now, checked_fields, state_set
 
 _WORKER_FIXED = ("id", "state", "created_at", "updated_at")
@@ -63,10 +63,10 @@ class WorkerRepo:
             created_at=now,
             updated_at=now,
         )
-        Worker.insert(**values).execute()
+        stored = insert_row(Worker, values)
         if token_hash is not None:
             self.set_token(worker_id, token_hash)
-        return inserted(WorkerRow, Worker, values)
+        return inserted(WorkerRow, Worker, stored)
 
     def get(self, worker_id: str) -> WorkerRow | None:
         return first_of(WorkerRow, Worker.select().where(Worker.id == worker_id))
@@ -186,10 +186,10 @@ class ApiTokenRepo:
         }
         try:
             with database_proxy.atomic():
-                values["id"] = ApiToken.insert(**values).execute()
+                stored = insert_row(ApiToken, values)
         except pw.IntegrityError:
             raise AlreadyExists("this API token hash is already in use") from None
-        return inserted(ApiTokenRow, ApiToken, values)
+        return inserted(ApiTokenRow, ApiToken, stored)
 
     def by_hash(self, token_hash: str) -> ApiTokenRow | None:
         """The non-revoked token with this hash."""
