@@ -20,7 +20,7 @@ from tunefleet.storage.rows import (
     inserted,
     rows_of,
 )
-from tunefleet.storage.statements import insert_row, update_where
+from tunefleet.storage.statements import insert_row, update_each, update_where
 from tunefleet.storage.store_base import Now, checked_fields, state_set
 
 _WORKER_FIXED = ("id", "state", "created_at", "updated_at")
@@ -101,22 +101,16 @@ class WorkerRepo:
         Unknown workers are skipped; the number of rows updated is returned."""
         if not beats:
             return 0
-        db = database_proxy.obj
-        if db is None:
-            raise RuntimeError("save_heartbeats runs on the database thread only")
         now = self._now()
-        columns = ("last_heartbeat_at", "last_seen_at", "gpu_utilization", "vram_used_gb")
-        assignments = ", ".join(f'"{c}" = {db.param}' for c in (*columns, "updated_at"))
-        sql = f'UPDATE "{Worker._meta.table_name}" SET {assignments} WHERE "id" = {db.param}'
-        to_json = Worker.gpu_utilization.db_value
-        params = [
-            (b.last_heartbeat_at, b.last_seen_at, to_json(b.gpu_utilization),
-             to_json(b.vram_used_gb), now, b.worker_id)
+        columns = (
+            "last_heartbeat_at", "last_seen_at", "gpu_utilization", "vram_used_gb", "updated_at"
+        )  # fmt: skip
+        rows = [
+            (b.last_heartbeat_at, b.last_seen_at, b.gpu_utilization, b.vram_used_gb, now,
+             b.worker_id)
             for b in beats
         ]  # fmt: skip
-        cursor = db.cursor()
-        cursor.executemany(sql, params)
-        return int(cursor.rowcount)
+        return update_each(Worker, columns, "id", rows)
 
     def cas_state(
         self, worker_id: str, expected: str | Collection[str], new: str, **changes: Any
