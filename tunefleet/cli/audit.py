@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import re
 import time
+from datetime import datetime
 from typing import Any
 
 import click
@@ -15,18 +18,30 @@ from tunefleet.cli.output import NONE, print_json, print_table, relative_time
 
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|min|h|d)", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86_400}
+MOMENT_FORMS = (
+    "an age (30m, 2h, 1d; units s, m, h, d), ISO 8601 (2024-01-15T10:30:00Z) or unix seconds"
+)
 
 
-def _moment(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+class Moment(click.ParamType):
     """'30m', '2h', '1d' ago become unix seconds; ISO 8601 and unix seconds pass through
-    (the orchestrator checks them)."""
-    if value is None:
-        return None
-    match = _AGO.fullmatch(value.strip())
-    if match:
-        seconds = float(match.group(1)) * _UNIT_S[match.group(2).lower()]
-        return f"{time.time() - seconds:.3f}"
-    return value.strip()
+    (the orchestrator reads both). Anything else is a usage error (exit 2) that lists
+    every form, checked here so the user learns about the relative forms too."""
+
+    name = "moment"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        if match := _AGO.fullmatch(text):
+            seconds = float(match.group(1)) * _UNIT_S[match.group(2).lower()]
+            return f"{time.time() - seconds:.3f}"
+        with contextlib.suppress(ValueError):
+            if math.isfinite(float(text)):
+                return text
+        with contextlib.suppress(ValueError):
+            datetime.fromisoformat(text)
+            return text
+        self.fail(f"{text!r} is not a time: use {MOMENT_FORMS}", param, ctx)
 
 
 def _value_text(value: Any) -> str:
@@ -52,8 +67,8 @@ def audit() -> None:
 @click.option("--actor", help="e.g. token:admin#1.")
 @click.option("--target", help="A worker or job id, or what a failed request asked for.")
 @click.option("--outcome", help="e.g. success, denied.")
-@click.option("--since", callback=_moment, help="30m, 2h, 1d ago, or ISO 8601, or unix seconds.")
-@click.option("--until", callback=_moment, help="Same forms as --since.")
+@click.option("--since", type=Moment(), help="30m, 2h, 1d ago, or ISO 8601, or unix seconds.")
+@click.option("--until", type=Moment(), help="Same forms as --since.")
 @click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0)
 @json_option
