@@ -111,6 +111,19 @@ def test_list_table_and_json(tf: Invoke) -> None:
     assert mine["submitted_at"].endswith("Z") and mine["status"] == "pending"
 
 
+def test_an_empty_filtered_list_names_the_filter(tf: Invoke) -> None:
+    # "No jobs. Submit one with ..." would be wrong: jobs exist, none matches.
+    result = tf("jobs", "list", "--status", "running", "--worker", "w_nobody")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "No job matches --status running --worker w_nobody."
+    several = tf("jobs", "list", "--status", "failed", "--status", "cancelled",
+                 "--target", "local", "--worker", "w_nobody", "--offset", "5")  # fmt: skip
+    assert several.stdout.strip() == (
+        "No job matches --status failed --status cancelled --target local --worker w_nobody "
+        "--offset 5."
+    )
+
+
 def test_list_pages_with_a_footer(tf: Invoke) -> None:
     for _ in range(2):
         _submit_json(tf, "quick", *NOWHERE)

@@ -28,7 +28,7 @@ from tunefleet.cli.client import (
 from tunefleet.cli.follow import JobWatch, RateMeter, follow_job, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, final_line, render
 from tunefleet.cli.local_config import LocalConfigError, resolve
-from tunefleet.cli.output import duration, relative_time
+from tunefleet.cli.output import duration, no_match, relative_time
 
 NOW = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
 
@@ -52,6 +52,16 @@ def test_relative_time(ago: timedelta, text: str) -> None:
 def test_relative_time_of_nothing_or_garbage_is_a_dash() -> None:
     assert relative_time(None, now=NOW) == "-"
     assert relative_time("not a time", now=NOW) == "-"
+
+
+def test_no_match_names_the_filters_and_keeps_the_hint_without_any() -> None:
+    hint = "No jobs. Submit one with: tunefleet jobs submit CONFIG"
+    assert no_match("job", {"--status": (), "--target": None}, hint) == hint
+    filters = {"--status": ("running", "failed"), "--target": None, "--worker": "w_1"}
+    assert (
+        no_match("job", filters, hint)
+        == "No job matches --status running --status failed --worker w_1."
+    )
 
 
 def test_duration() -> None:

@@ -64,6 +64,14 @@ def test_list_table_and_json(tf: Invoke) -> None:
     assert all(w["status"] == "connecting" for w in data["workers"])
 
 
+def test_an_empty_filtered_list_names_the_filter(tf: Invoke) -> None:
+    _create(tf, "unfiltered-1")  # workers exist, so "Create one" would be wrong
+    assert json.loads(tf("workers", "list", "--status", "draining", "--json").stdout)["total"] == 0
+    result = tf("workers", "list", "--status", "draining")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "No worker matches --status draining."
+
+
 def test_show_table_and_json(tf: Invoke) -> None:
     created = _create(tf, "shown-1")
     table = tf("workers", "show", created["worker_id"])

@@ -18,6 +18,7 @@ from tunefleet.cli.options import call, connection_options, json_option, parse_p
 from tunefleet.cli.output import (
     NONE,
     console,
+    no_match,
     paging_footer,
     pairs_text,
     plain,
@@ -249,7 +250,13 @@ def list_jobs(
     ]
     columns = ["ID", "NAME", "STATUS", "WORKER", "PROGRESS", "PRI", "SUBMITTED"]
     footer = paging_footer(len(rows), offset, data.get("total", len(rows)))
-    empty = "No jobs. Submit one with: tunefleet jobs submit CONFIG"
+    filters = {
+        "--status": statuses,
+        "--target": target,
+        "--worker": worker_id,
+        "--offset": str(offset) if offset else None,
+    }
+    empty = no_match("job", filters, "No jobs. Submit one with: tunefleet jobs submit CONFIG")
     print_table(columns, rows, empty, footer, wrap=("NAME",))
 
 

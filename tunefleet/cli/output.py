@@ -158,6 +158,20 @@ def print_table(
         out.print(footer, style="dim")
 
 
+def no_match(what: str, filters: Mapping[str, str | Sequence[str] | None], unfiltered: str) -> str:
+    """The line for an empty table: ``unfiltered`` (e.g. how to make the first one) when
+    nothing was filtered, else that no ``what`` matches the filters, named as typed:
+    with a filter, an empty list says nothing about whether any exist."""
+    named = [
+        f"{option} {value}"
+        for option, values in filters.items()
+        for value in ([values] if isinstance(values, str) else values or ())
+    ]
+    if not named:
+        return unfiltered
+    return f"No {what} matches {' '.join(named)}."
+
+
 def print_fields(fields: Iterable[tuple[str, str | Text]]) -> None:
     """'Name   value' lines for one object (the show commands)."""
     table = Table.grid(padding=(0, 2))

@@ -11,6 +11,7 @@ from tunefleet.cli.client import ApiClient, Connection
 from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
 from tunefleet.cli.output import (
     NONE,
+    no_match,
     pairs_text,
     plain,
     print_fields,
@@ -73,7 +74,9 @@ def list_workers(conn: Connection, status: str | None, as_json: bool) -> None:
         for w in data["workers"]
     ]
     columns = ["ID", "NAME", "STATUS", "TYPE", "GPUS", "LABELS", "JOB", "LAST SEEN"]
-    empty = "No workers. Create one with: tunefleet workers create NAME"
+    empty = no_match(
+        "worker", {"--status": status}, "No workers. Create one with: tunefleet workers create NAME"
+    )
     print_table(columns, rows, empty, wrap=("LABELS", "GPUS"))
 
 
