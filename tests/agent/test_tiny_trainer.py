@@ -53,7 +53,8 @@ def test_loss_falls_and_the_fit_finds_the_line(tmp_path: Path) -> None:
     first = sum(p["loss"] for p in lines[:10]) / 10
     last = sum(p["loss"] for p in lines[-10:]) / 10
     assert last < first / 20
-    final = json.loads((tmp_path / "output" / "checkpoint-300.json").read_text())
+    final = json.loads((tmp_path / "output" / "model.json").read_text())
+    assert final == json.loads((tmp_path / "output" / "checkpoint-300" / "state.json").read_text())
     assert final["step"] == 300
     assert final["weights"]["weight"] == pytest.approx(3.0, abs=0.1)
     assert final["weights"]["bias"] == pytest.approx(-1.0, abs=0.1)
@@ -64,7 +65,15 @@ def test_checkpoints_every_n_steps_and_at_the_end(tmp_path: Path) -> None:
     config = write_config(tmp_path, max_train_steps=25, checkpointing_steps=10, output_dir="ck")
     assert train(tmp_path, config).returncode == 0
     names = sorted(p.name for p in (tmp_path / "ck").iterdir())
-    assert names == ["checkpoint-10.json", "checkpoint-20.json", "checkpoint-25.json"]
+    assert names == ["checkpoint-10", "checkpoint-20", "checkpoint-25", "model.json"]
+    assert sorted(p.name for p in (tmp_path / "ck" / "checkpoint-10").iterdir()) == ["state.json"]
+
+
+def test_checkpoint_bytes_pads_each_checkpoint(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_train_steps=4, checkpointing_steps=2, checkpoint_bytes=3000)
+    assert train(tmp_path, config).returncode == 0
+    padding = tmp_path / "output" / "checkpoint-2" / "padding.bin"
+    assert padding.stat().st_size == 3000
 
 
 def test_fail_at_step_exits_3_with_a_message(tmp_path: Path) -> None:
@@ -80,7 +89,7 @@ def test_dashed_simpletuner_keys_and_a_config_directory_work(tmp_path: Path) -> 
         json.dumps({"--max_train_steps": 7, "--step_seconds": 0, "--output_dir": "out"})
     )
     assert train(tmp_path, tmp_path / "cfg").returncode == 0
-    assert (tmp_path / "out" / "checkpoint-7.json").exists()
+    assert (tmp_path / "out" / "checkpoint-7" / "state.json").exists()
 
 
 def test_resume_from_latest_checkpoint(tmp_path: Path) -> None:
@@ -94,6 +103,15 @@ def test_resume_from_latest_checkpoint(tmp_path: Path) -> None:
     assert done.returncode == 0
     assert "resumed from" in done.stdout
     assert [p["step"] for p in progress_lines(tmp_path)] == [11, 12, 13, 14, 15]
+
+
+def test_resume_skips_a_checkpoint_left_half_written(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_train_steps=10, checkpointing_steps=5)
+    assert train(tmp_path, config).returncode == 0
+    (tmp_path / "output" / "checkpoint-12").mkdir()  # no state.json: not complete
+    config = write_config(tmp_path, max_train_steps=12, resume_from_checkpoint="latest")
+    done = train(tmp_path, config)
+    assert "at step 10" in done.stdout
 
 
 def test_ledger_gets_one_line_per_success(tmp_path: Path) -> None:
@@ -143,9 +161,9 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path: Path) -> None:
     finally:
         proc.kill()
     assert proc.returncode == 143
-    saved = list((tmp_path / "output").glob("checkpoint-*.json"))
+    saved = list((tmp_path / "output").glob("checkpoint-*"))
     assert len(saved) == 1
-    step = json.loads(saved[0].read_text())["step"]
+    step = json.loads((saved[0] / "state.json").read_text())["step"]
     assert 1 <= step < 100_000
     assert f"SIGTERM at step {step}" in out
 
@@ -160,7 +178,7 @@ async def test_quick_sample_config_runs_under_the_executor(tmp_path: Path) -> No
     assert rec.progress[-1]["step"] == 20
     assert rec.progress[-1]["percent"] == 100.0
     job_dir = tmp_path / "jobs" / "j_1" / "attempt-1"
-    assert (job_dir / "output" / "checkpoint-20.json").exists()
+    assert (job_dir / "output" / "checkpoint-20" / "state.json").exists()
 
 
 async def test_failing_sample_config_fails_with_the_trainers_message(tmp_path: Path) -> None:

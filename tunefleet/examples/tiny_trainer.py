@@ -8,9 +8,14 @@ fleet can be tried end to end on any machine, GPU or not:
 
 Config keys (SimpleTuner's names where one exists; `--name` spellings work too):
 max_train_steps, learning_rate, train_batch_size, seed, output_dir,
-checkpointing_steps, resume_from_checkpoint ("latest"), step_seconds, log_every,
-fail_at_step, ignore_sigterm, ledger_path. Exit codes: 0 done, 2 bad config,
+checkpointing_steps, resume_from_checkpoint ("latest"), checkpoint_bytes, step_seconds,
+log_every, fail_at_step, ignore_sigterm, ledger_path. Exit codes: 0 done, 2 bad config,
 3 fail_at_step reached, 143 stopped by SIGTERM (after saving a checkpoint).
+
+Checkpoints are directories, as SimpleTuner writes them: `output_dir/checkpoint-<step>/`
+holding `state.json` (and `padding.bin` of `checkpoint_bytes`, to try large uploads).
+Each is written under a temporary name and renamed, so a `checkpoint-<step>/` that can
+be seen is complete. The final model is `output_dir/model.json`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -32,6 +38,8 @@ EXIT_BAD_CONFIG = 2
 EXIT_INJECTED_FAILURE = 3
 EXIT_SIGTERM = 143  # 128 + SIGTERM, what a shell reports
 DATASET_SIZE = 512
+STATE_FILE = "state.json"
+MODEL_FILE = "model.json"
 TRUE_WEIGHT, TRUE_BIAS, NOISE = 3.0, -1.0, 0.1
 
 
@@ -53,6 +61,7 @@ class Settings:
     fail_at_step: int | None = None
     ignore_sigterm: bool = False
     ledger_path: str | None = None
+    checkpoint_bytes: int = 0
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
@@ -82,6 +91,7 @@ class Settings:
             fail_at_step=None if self.fail_at_step is None else int(self.fail_at_step),
             ignore_sigterm=bool(self.ignore_sigterm),
             ledger_path=self.ledger_path,
+            checkpoint_bytes=int(self.checkpoint_bytes),
         )
         if checked.max_train_steps < 1 or checked.train_batch_size < 1:
             raise ConfigError("max_train_steps and train_batch_size must be at least 1")
@@ -139,12 +149,23 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete `checkpoint-<step>/` directory (one with its state.json)."""
     found = []
-    for path in output_dir.glob("checkpoint-*.json"):
-        suffix = path.stem.removeprefix("checkpoint-")
-        if suffix.isdigit():
+    for path in output_dir.glob("checkpoint-*"):
+        suffix = path.name.removeprefix("checkpoint-")
+        if suffix.isdigit() and (path / STATE_FILE).is_file():
             found.append((int(suffix), path))
     return max(found)[1] if found else None
+
+
+def write_padding(path: Path, size: int) -> None:
+    """`size` bytes that stand for model weights (varied, so nothing compresses them away)."""
+    block = random.Random(size).randbytes(min(size, 1024 * 1024))
+    with path.open("wb") as handle:
+        left = size
+        while left > 0:
+            handle.write(block[:left])
+            left -= len(block)
 
 
 class Trainer:
@@ -161,18 +182,26 @@ class Trainer:
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop_requested = True
 
+    def state(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "weights": {"weight": self.model.weight, "bias": self.model.bias},
+            "loss": self.loss,
+            "job_id": os.environ.get("TUNEFLEET_JOB_ID"),
+        }
+
     def checkpoint(self) -> Path:
+        """Write `checkpoint-<step>/` under a temporary name, then rename it into place."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        path = self.output_dir / f"checkpoint-{self.step}.json"
-        write_json_atomic(
-            path,
-            {
-                "step": self.step,
-                "weights": {"weight": self.model.weight, "bias": self.model.bias},
-                "loss": self.loss,
-                "job_id": os.environ.get("TUNEFLEET_JOB_ID"),
-            },
-        )
+        path = self.output_dir / f"checkpoint-{self.step}"
+        scratch = self.output_dir / f".checkpoint-{self.step}.tmp"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        write_json_atomic(scratch / STATE_FILE, self.state())
+        if self.settings.checkpoint_bytes > 0:
+            write_padding(scratch / "padding.bin", self.settings.checkpoint_bytes)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(scratch, path)
         return path
 
     def resume(self) -> None:
@@ -182,7 +211,7 @@ class Trainer:
         if path is None:
             print("no checkpoint to resume from; starting fresh", flush=True)
             return
-        saved = json.loads(path.read_text())
+        saved = json.loads((path / STATE_FILE).read_text())
         self.step = int(saved["step"])
         self.model = Model(saved["weights"]["weight"], saved["weights"]["bias"])
         print(f"resumed from {path} at step {self.step}", flush=True)
@@ -239,6 +268,7 @@ class Trainer:
             if s.step_seconds:
                 time.sleep(s.step_seconds)
         path = self.checkpoint()
+        write_json_atomic(self.output_dir / MODEL_FILE, self.state())
         print(f"done: w {self.model.weight:.4f} b {self.model.bias:.4f}, saved {path}", flush=True)
         self.record_in_ledger()
         return 0
