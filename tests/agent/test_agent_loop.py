@@ -18,6 +18,7 @@ from agent_loop_testkit import (
 
 from tunefleet import __version__
 from tunefleet.agent.client import INVALID_TOKEN_MESSAGE, InvalidToken
+from tunefleet.agent.job_events import ArtifactPlan
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -158,8 +159,12 @@ async def test_job_reports_go_out_in_order(proto: tuple[ProtocolServer, str]) ->
         "EXTRA": "1",
         "SIMPLETUNER_UPLOAD_ENDPOINT": url + "/api/upload/j_1",
         "SIMPLETUNER_UPLOAD_TOKEN": "up",
+        "TUNEFLEET_UPLOAD_ENDPOINT": url + "/api/upload/j_1",
+        "TUNEFLEET_UPLOAD_TOKEN": "up",
         "HF_TOKEN": "hf",
     }
+    assert spec.artifacts == ArtifactPlan(url + "/api/upload/j_1", "up", None)
+    assert "token" not in repr(spec.artifacts)  # the token never reaches a log line
     bodies = server.statuses("j_1")
     words = [b["status"] for b in bodies]
     assert words[:2] == ["starting", "running"]

@@ -12,12 +12,16 @@ import contextlib
 import os
 import shlex
 import signal
-from collections.abc import Sequence
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import structlog
 
+from tunefleet.agent.job_artifacts import ArtifactOptions, JobArtifacts, plan_config
 from tunefleet.agent.job_events import (
+    ArtifactPlan,
     EventCallback,
     ExecutorEvent,
     JobOutcome,
@@ -33,14 +37,18 @@ from tunefleet.agent.job_files import (
     JobFiles,
     JobSetupError,
     job_environment,
+    output_path,
     prepare_job_dir,
     resolve_command,
+    update_config,
 )
 from tunefleet.agent.output import EventForwarder, OutputCapture
 from tunefleet.agent.progress import ProgressTail
+from tunefleet.agent.uploads import UploadRefused
 from tunefleet.errors import TunefleetError
 
 __all__ = [
+    "ArtifactPlan",
     "EventCallback",
     "ExecutorBusy",
     "ExecutorEvent",
@@ -61,6 +69,11 @@ log = structlog.get_logger(__name__)
 _DRAIN_TIMEOUT_S = 5.0
 # How often the main process's exit is checked while its pipes are still open.
 _EXIT_POLL_S = 0.5
+T = TypeVar("T")
+
+
+class _Interrupted(Exception):
+    """A cancel arrived while the attempt restored or stored its artifacts."""
 
 
 class ExecutorBusy(TunefleetError):
@@ -85,6 +98,7 @@ class JobExecutor:
         progress_poll_s: float = 0.25,
         max_line_bytes: int = 8 * 1024,
         tail_lines: int = 20,
+        artifacts: ArtifactOptions | None = None,
     ) -> None:
         self.work_dir = Path(work_dir)
         self.default_command = (
@@ -100,6 +114,7 @@ class JobExecutor:
         self.progress_poll_s = progress_poll_s
         self.max_line_bytes = max_line_bytes
         self.tail_lines = tail_lines
+        self.artifacts = artifacts or ArtifactOptions()
         self._attempt: _Attempt | None = None
 
     @property
@@ -148,6 +163,7 @@ class _Attempt:
         self.cancel_reason: str | None = None
         self._cancelled = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None
+        self._storing = False  # the trainer exited; its outputs are being stored
         self._forwarder = EventForwarder(
             on_event,
             batch_lines=executor.log_batch_lines,
@@ -159,7 +175,7 @@ class _Attempt:
     def request_cancel(self, reason: str) -> None:
         if self.cancel_reason is not None:
             return
-        if self._proc is not None and self._proc.returncode is not None:
+        if self._proc is not None and self._proc.returncode is not None and not self._storing:
             # The main process already ended on its own: its exit decides the outcome.
             self._log.info("cancel after the job exited; outcome stands", reason=reason)
             return
@@ -170,12 +186,14 @@ class _Attempt:
 
     async def execute(self) -> JobOutcome:
         ex = self.executor
+        plan = self.spec.artifacts
+        config = plan_config(self.spec.config) if plan is not None else self.spec.config
         try:
             files = prepare_job_dir(
                 ex.work_dir,
                 self.spec.job_id,
                 self.spec.attempt,
-                self.spec.config,
+                config,
                 self.spec.dataloader,
             )
             argv = resolve_command(self.spec.command, ex.default_command)
@@ -201,7 +219,10 @@ class _Attempt:
                     max_line_bytes=ex.max_line_bytes,
                     tail_lines=ex.tail_lines,
                 )
-                outcome = await self._supervise(files, argv, env, capture)
+                if plan is None:
+                    outcome = await self._supervise(files, argv, env, capture, None)
+                else:
+                    outcome = await self._with_artifacts(plan, config, files, argv, env, capture)
         except BaseException:
             forwarding.cancel()
             raise
@@ -210,8 +231,89 @@ class _Attempt:
         self._log.info("job ended", status=outcome.status, exit_code=outcome.exit_code)
         return outcome
 
+    async def _with_artifacts(
+        self,
+        plan: ArtifactPlan,
+        config: Mapping[str, Any],
+        files: JobFiles,
+        argv: list[str],
+        env: dict[str, str],
+        capture: OutputCapture,
+    ) -> JobOutcome:
+        """Restore the checkpoint to resume from, run, then store the outputs: a trainer
+        that exits 0 is ``completed`` only once they are stored."""
+        out = output_path(files, config)
+        artifacts = JobArtifacts(plan, out, options=self.executor.artifacts, note=capture.inform)
+        try:
+            try:
+                if await self._unless_cancelled(artifacts.restore()):
+                    update_config(files, resume_from_checkpoint="latest")
+            except _Interrupted:
+                return JobOutcome("cancelled", None, self.cancel_reason, capture.tail)
+            outcome = await self._supervise(files, argv, env, capture, artifacts)
+            if outcome.status == "cancelled":
+                await self._store_last_checkpoint(artifacts)
+                return outcome
+            return await self._store_outputs(artifacts, outcome, capture)
+        finally:
+            await artifacts.close()
+
+    async def _store_outputs(
+        self, artifacts: JobArtifacts, outcome: JobOutcome, capture: OutputCapture
+    ) -> JobOutcome:
+        completed = outcome.status == "completed"
+        self._storing = True
+        try:
+            outputs = await self._unless_cancelled(artifacts.finish(completed))
+        except _Interrupted:
+            return JobOutcome("cancelled", outcome.exit_code, self.cancel_reason, capture.tail)
+        except UploadRefused as error:
+            reason = f"outputs not stored: {error}"
+            self._log.warning("outputs not stored", error=str(error))
+            capture.inform(reason)
+            if not completed:
+                return outcome
+            failed = {"stored": False, "reason": reason}
+            return JobOutcome("failed", outcome.exit_code, reason, capture.tail, failed)
+        finally:
+            self._storing = False
+        if not completed:
+            return outcome
+        capture.inform(f"outputs stored: {outputs['keys']} files, {outputs['bytes']} bytes")
+        return replace(outcome, outputs=outputs)
+
+    async def _store_last_checkpoint(self, artifacts: JobArtifacts) -> None:
+        """A cancelled trainer saved a checkpoint on SIGTERM: store it for the job's retry,
+        within a bounded time (the store may be gone, the token revoked)."""
+        limit = self.executor.artifacts.cancelled_upload_s
+        try:
+            await asyncio.wait_for(artifacts.finish(completed=False), limit)
+        except (TimeoutError, UploadRefused) as error:
+            self._log.info("checkpoint of a cancelled job not stored", error=str(error))
+
+    async def _unless_cancelled(self, work: Awaitable[T]) -> T:
+        """``work``'s result, or _Interrupted (with ``work`` cancelled) on a cancel."""
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self._cancelled.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            raise _Interrupted()
+        return task.result()
+
     async def _supervise(
-        self, files: JobFiles, argv: list[str], env: dict[str, str], capture: OutputCapture
+        self,
+        files: JobFiles,
+        argv: list[str],
+        env: dict[str, str],
+        capture: OutputCapture,
+        artifacts: JobArtifacts | None,
     ) -> JobOutcome:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -231,6 +333,8 @@ class _Attempt:
         self._proc = proc
         self._log.info("job started", pid=proc.pid, argv=argv, job_dir=str(files.job_dir))
         self._forwarder.send(JobStarted(proc.pid, files.job_dir))
+        if artifacts is not None:
+            artifacts.start_watching()
         if self.cancel_reason is not None:
             self._signal_group(signal.SIGTERM)
         tail = ProgressTail(files.progress_path)

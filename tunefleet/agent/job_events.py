@@ -12,6 +12,16 @@ LogStream: TypeAlias = Literal["stdout", "stderr"]
 
 
 @dataclass(frozen=True, slots=True)
+class ArtifactPlan:
+    """Where a job attempt stores its outputs (``upload_endpoint``, ``upload_token`` of its
+    job_submit) and the stored checkpoint it resumes from, if any."""
+
+    endpoint: str
+    token: str = field(repr=False)  # never in a log line
+    resume_checkpoint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """One attempt of one job, as a `job_submit` event describes it."""
 
@@ -21,6 +31,7 @@ class JobSpec:
     dataloader: object | None = None  # data-loader configuration (list or dict) or None
     command: Sequence[str] | str | None = None  # None: the executor's default command
     env: Mapping[str, object] = field(default_factory=dict)
+    artifacts: ArtifactPlan | None = None  # None: the job stores nothing (no upload endpoint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +70,4 @@ class JobOutcome:
     exit_code: int | None  # negative: killed by that signal; None: never started
     error: str | None
     tail: list[str]  # the last output lines, both streams, oldest first
+    outputs: dict[str, Any] | None = None  # what was stored: the status report's "outputs"

@@ -84,6 +84,34 @@ def prepare_job_dir(
     return JobFiles(job_dir, config_path, dataloader_path, progress_path, job_dir / LOG_FILE)
 
 
+def with_keys(config: Mapping[str, Any], **values: Any) -> dict[str, Any]:
+    """``config`` with these keys set, spelled as its own keys are (``--name`` or ``name``)."""
+    result = dict(config)
+    dashed = any(isinstance(key, str) and key.startswith("--") for key in result)
+    for name, value in values.items():
+        result.pop(name, None)
+        result.pop("--" + name, None)
+        result[("--" + name) if dashed else name] = value
+    return result
+
+
+def update_config(files: JobFiles, **values: Any) -> None:
+    """Set keys in the attempt's config.json (a resume adds ``resume_from_checkpoint``)."""
+    try:
+        config = json.loads(files.config_path.read_text())
+        updated = with_keys(config, **values)
+        files.config_path.write_text(json.dumps(updated, indent=2, default=str) + "\n")
+    except (OSError, TypeError, ValueError) as error:
+        raise JobSetupError(f"cannot update {files.config_path}: {error}") from error
+
+
+def output_path(files: JobFiles, config: Mapping[str, Any]) -> Path:
+    """The trainer's output directory: the config's ``output_dir``, relative to the job
+    directory (the trainer's current directory) unless absolute."""
+    raw = config.get("output_dir") or config.get("--output_dir") or "output"
+    return files.job_dir / Path(str(raw)).expanduser()
+
+
 def resolve_command(command: Sequence[str] | str | None, default: Sequence[str]) -> list[str]:
     """The job's own command when it names one, else the executor's default.
 

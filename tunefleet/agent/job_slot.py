@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import structlog
 
 from tunefleet.agent.executor import (
+    ArtifactPlan,
     EventCallback,
     ExecutorEvent,
     JobOutcome,
@@ -242,7 +243,12 @@ class JobSlot:
         self.finished += 1
         why = outcome.error or (job.cancel_reason if outcome.status == "cancelled" else None)
         self.outbox.add_status(
-            job.job_id, outcome.status, attempt=job.spec.attempt, progress=job.progress, error=why
+            job.job_id,
+            outcome.status,
+            attempt=job.spec.attempt,
+            progress=job.progress,
+            error=why,
+            outputs=outcome.outputs,
         )
         self.held, self._held_attempt = job.job_id, job.spec.attempt
 
@@ -264,19 +270,21 @@ class JobSlot:
 
 def job_spec(payload: dict[str, Any], job_id: str, attempt: int, base_url: str) -> JobSpec:
     """The JobSpec a job_submit describes. Upload and Hugging Face credentials reach the
-    trainer as SimpleTuner's agent passes them (SIMPLETUNER_UPLOAD_*, HF_TOKEN)."""
+    trainer as SimpleTuner's agent passes them (SIMPLETUNER_UPLOAD_*, HF_TOKEN) and as
+    TUNEFLEET_UPLOAD_*; with an upload endpoint and token the agent stores the job's
+    outputs itself (``artifacts``)."""
     env: dict[str, object] = {}
     extra = payload.get("env")
     if isinstance(extra, dict):
         env.update({str(k): v for k, v in extra.items() if v is not None})
-    endpoint = payload.get("upload_endpoint")
-    if isinstance(endpoint, str) and endpoint:
-        is_absolute = endpoint.startswith(("http://", "https://"))
-        env["SIMPLETUNER_UPLOAD_ENDPOINT"] = endpoint if is_absolute else base_url + endpoint
-    for key, name in (("upload_token", "SIMPLETUNER_UPLOAD_TOKEN"), ("hf_token", "HF_TOKEN")):
-        value = payload.get(key)
-        if isinstance(value, str) and value:
-            env[name] = value
+    plan = artifact_plan(payload, base_url)
+    if plan is not None:
+        for prefix in ("SIMPLETUNER", "TUNEFLEET"):
+            env[f"{prefix}_UPLOAD_ENDPOINT"] = plan.endpoint
+            env[f"{prefix}_UPLOAD_TOKEN"] = plan.token
+    value = payload.get("hf_token")
+    if isinstance(value, str) and value:
+        env["HF_TOKEN"] = value
     config = payload.get("config")
     command = payload.get("command")
     return JobSpec(
@@ -286,7 +294,22 @@ def job_spec(payload: dict[str, Any], job_id: str, attempt: int, base_url: str) 
         dataloader=payload.get("dataloader"),
         command=command if isinstance(command, str | list) and command else None,
         env=env,
+        artifacts=plan,
     )
+
+
+def artifact_plan(payload: dict[str, Any], base_url: str) -> ArtifactPlan | None:
+    """Where the job's outputs go, from ``upload_endpoint`` (absolute, or a path on the
+    orchestrator) and ``upload_token``; None when the job_submit carries no endpoint or
+    no token (SimpleTuner's server sends ``""``)."""
+    endpoint = payload.get("upload_endpoint")
+    token = payload.get("upload_token")
+    if not (isinstance(endpoint, str) and endpoint and isinstance(token, str) and token):
+        return None
+    if not endpoint.startswith(("http://", "https://")):
+        endpoint = base_url + endpoint
+    resume = payload.get("resume_checkpoint")
+    return ArtifactPlan(endpoint, token, resume if isinstance(resume, str) and resume else None)
 
 
 def _positive_int(value: object) -> int:

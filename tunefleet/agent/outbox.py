@@ -84,10 +84,13 @@ class Outbox:
         attempt: int | None = None,
         progress: dict[str, Any] | None = None,
         error: str | None = None,
+        outputs: dict[str, Any] | None = None,
     ) -> None:
         body: dict[str, Any] = {"status": status, "progress": progress, "error": error}
         if attempt is not None:
             body["attempt"] = attempt
+        if outputs is not None:
+            body["outputs"] = outputs  # what the attempt stored (its final report only)
         self._append(Report("status", job_id, body, attempt=attempt))
 
     def add_progress(

@@ -188,18 +188,22 @@ class OutputCapture:
         """The last non-blank stderr line (where errors go), else stdout's."""
         return self._last.get("stderr") or self._last.get("stdout")
 
-    def add(self, stream: LogStream, line: str) -> None:
+    def add(self, stream: LogStream, line: str, *, informative: bool = False) -> None:
         self._seq += 1
         at = time.time()
         self._write(f"{datetime.fromtimestamp(at, UTC).isoformat()} {stream}: {line}\n")
         self._tail.append(line)
-        if line.strip():
+        if line.strip() and not informative:
             self._last[stream] = line
         self._forwarder.add_line(LogLine(self._seq, stream, line, at))
 
     def note(self, text: str) -> None:
         """tunefleet's own remark in the job's log (a start failure, ignored lines)."""
         self.add("stderr", NOTE_PREFIX + text)
+
+    def inform(self, text: str) -> None:
+        """tunefleet's remark that is no error (never a failed job's reason)."""
+        self.add("stdout", NOTE_PREFIX + text, informative=True)
 
     async def pump(self, stream: LogStream, reader: asyncio.StreamReader) -> None:
         splitter = LineSplitter(self.max_line_bytes)
