@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tunefleet.actors.matching import PendingJob, Requirements, WorkerView, plan, unmet, wait_reason
+from tunefleet.actors.matching import PendingJob, Requirements, WorkerView, plan, unmet
+from tunefleet.actors.wait_reasons import wait_reason
 
 WORKERS = 5_000
 JOBS = 10_000

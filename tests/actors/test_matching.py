@@ -14,8 +14,8 @@ from tunefleet.actors.matching import (
     job_gpu_count_from_config,
     plan,
     unmet,
-    wait_reason,
 )
+from tunefleet.actors.wait_reasons import wait_reason
 from tunefleet.errors import TunefleetError
 
 

@@ -20,8 +20,8 @@ from tunefleet.actors.matching import (
     WorkerView,
     plan,
     unmet,
-    wait_reason,
 )
+from tunefleet.actors.wait_reasons import wait_reason
 
 EXAMPLES = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -47,6 +47,8 @@ def fleets(draw: st.DrawFn) -> list[WorkerView]:
                 gpu_count=draw(st.sampled_from([0, 1, 1, 2, 4, 8])),
                 gpu_vram_gb=draw(st.sampled_from([None, 16.0, 24.0, 40.0, 80.0])),
                 gpu_name=draw(st.sampled_from(GPU_NAMES)),
+                # Now and then registered with no open stream (not yet, or no longer).
+                connected=draw(st.integers(0, 3)) > 0,
             )
         )
     return workers
@@ -210,8 +212,14 @@ PLAN_PROPERTIES = [
 def test_plan_properties(idle: list[WorkerView], pending: list[PendingJob]) -> None:
     # One generated case feeds every property: generation is the expensive part.
     placements = plan(pending, idle)
+    # A worker with no open stream is never chosen, and is as good as absent: the plan
+    # is the one for the connected workers alone, so every property is judged on those.
+    reachable = [w for w in idle if w.connected]
+    disconnected = {w.worker_id for w in idle if not w.connected}
+    assert not {w for _, w in placements} & disconnected
+    assert placements == plan(pending, reachable)
     for check in PLAN_PROPERTIES:
-        check(idle, pending, placements)
+        check(reachable, pending, placements)
 
 
 @EXAMPLES
@@ -219,8 +227,9 @@ def test_plan_properties(idle: list[WorkerView], pending: list[PendingJob]) -> N
 def test_wait_reason_agrees_with_plan(
     fleet: list[WorkerView], pending: list[PendingJob], idle_mask: list[bool]
 ) -> None:
-    """A job left pending by a pass is told "busy" exactly when some worker qualifies."""
-    idle = [w for w, is_idle in zip(fleet, idle_mask, strict=False) if is_idle]
+    """A job left pending by a pass is told "busy" exactly when some connected worker
+    qualifies, and is told of every qualifying worker that is not connected."""
+    idle = [w for w, is_idle in zip(fleet, idle_mask, strict=False) if is_idle and w.connected]
     placements = plan(pending, idle)
     taken = {w for _, w in placements}
     idle_after = {w.worker_id for w in idle} - taken
@@ -229,11 +238,16 @@ def test_wait_reason_agrees_with_plan(
         if job.job_id in placed:
             continue
         reason = wait_reason(job.requirements, fleet, idle_after)
-        qualifying = [w for w in fleet if unmet(job.requirements, w) is None]
+        matching = [w for w in fleet if unmet(job.requirements, w) is None]
+        qualifying = [w for w in matching if w.connected]
+        absent = sorted(w.worker_id for w in matching if not w.connected)
         # Right after a pass nothing idle qualifies, so the reason is never "imminent".
         assert "dispatch is imminent" not in reason
         assert reason.startswith("every qualifying worker is busy") == bool(qualifying)
         assert not {w.worker_id for w in qualifying} & idle_after
+        assert ("not connected" in reason) == bool(absent)
+        if absent and not qualifying:
+            assert reason.startswith("matching worker") and absent[0] in reason
 
 
 def test_a_large_mixed_queue_matches_the_naive_policy() -> None:

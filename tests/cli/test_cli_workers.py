@@ -54,9 +54,12 @@ def test_list_table_and_json(tf: Invoke) -> None:
     table = tf("workers", "list")
     assert table.exit_code == 0, table.output
     header = table.stdout.splitlines()[0].split()
-    assert header == ["ID", "NAME", "STATUS", "TYPE", "GPUS", "LABELS", "JOB", "LAST", "SEEN"]
+    assert header == [
+        "ID", "NAME", "STATUS", "CONNECTED", "TYPE", "GPUS", "LABELS", "JOB", "LAST", "SEEN"
+    ]  # fmt: skip
     row = next(line for line in table.stdout.splitlines() if created["worker_id"] in line)
     assert "listed-1" in row and "connecting" in row and "team=nlp" in row
+    assert row.split()[3] == "no"  # no open stream yet
     as_json = tf("workers", "list", "--json", "--status", "connecting")
     data = json.loads(as_json.stdout)
     mine = next(w for w in data["workers"] if w["id"] == created["worker_id"])

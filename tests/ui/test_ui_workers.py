@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import ADMIN_TOKEN, Agent, Orchestrator
+from tests.e2e.raw_stream import RawStreamWorker
 from tests.ui.browser_support import INSTALL_HINT, PageProblems, sign_in
 
 expect = pytest.importorskip("playwright.sync_api", reason=INSTALL_HINT).expect
@@ -183,4 +184,35 @@ def test_a_token_without_admin_rights_sees_what_it_may_and_is_told_why_not_the_r
         if e["detail"].get("reason", "").startswith(prefix)
     ]
     assert sorted(refused) == ["admin.workers", "audit.read"]
+    assert problems.unexpected() == []
+
+
+def test_a_worker_whose_stream_closed_is_shown_not_connected(
+    page: Any, tmp_path: Path, ui_configs: Path, problems: PageProblems
+) -> None:
+    # Its own orchestrator: the suite's times out a silent worker in 3 s, and this one
+    # must stay idle (no heartbeats) long enough to be seen unconnected.
+    orchestrator = Orchestrator(tmp_path / "data", ui_configs, heartbeat_timeout_s=120).start()
+    try:
+        _check_departed_worker_is_shown(page, orchestrator, problems)
+    finally:
+        orchestrator.kill()
+
+
+def _check_departed_worker_is_shown(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    name = unique("ui-departed")
+    created = orchestrator.create_worker(name)
+    raw = RawStreamWorker(orchestrator.url, created["token"], created["worker_id"], name=name)
+    raw.register()
+    raw.open_stream()
+    sign_in(page, orchestrator)
+    row = page.locator("#workers-table tbody tr", has_text=name)
+    expect(row.locator(".badge")).to_have_text("idle")
+    expect(row.locator(".not-connected")).to_have_count(0)
+
+    raw.close()  # its status stays idle until the heartbeat timeout, unconnected
+    expect(row.locator(".not-connected")).to_have_text("not connected", timeout=10_000)
+    expect(row.locator(".badge")).to_have_text("idle")
     assert problems.unexpected() == []

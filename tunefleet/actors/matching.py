@@ -1,9 +1,11 @@
-"""Which pending job runs on which idle worker, and why a job still waits.
+"""Which pending job runs on which idle worker (wait_reasons.py says why a job still waits).
 
 Pure functions over small frozen views: no I/O, no asyncio, no clock. The scheduler
 actor owns the state (who is pending, who is idle) and calls in here for decisions.
 
 Policy (docs/scheduling.md is the user-facing version):
+- only a connected worker (one with an open SSE stream) is ever chosen: a job written
+  to a stream nobody reads waits for an acknowledgement that cannot come;
 - a worker qualifies for a job when the target allows it (worker: remote only, local:
   the orchestrator's own runner only, auto: either) and it meets every requirement:
   GPU count, per-GPU VRAM, GPU name glob (case-insensitive), label globs
@@ -34,8 +36,6 @@ from tunefleet.errors import TunefleetError
 TARGETS = ("worker", "local", "auto")
 # SimpleTuner's config.json writes CLI-style keys; a plain key is accepted too.
 NUM_PROCESSES_KEYS = ("--num_processes", "num_processes")
-# How many worker ids a wait reason lists before it says "and N more".
-_LISTED_WORKERS = 5
 
 
 class InvalidRequirements(TunefleetError, ValueError):
@@ -83,7 +83,7 @@ class Requirements:
 
 @dataclass(frozen=True, slots=True)
 class WorkerView:
-    """What matching needs to know about one online worker. VRAM is per GPU."""
+    """What matching needs to know about one known, not offline worker. VRAM is per GPU."""
 
     worker_id: str
     is_local: bool = False
@@ -91,6 +91,9 @@ class WorkerView:
     gpu_count: int = 0
     gpu_vram_gb: float | None = None
     gpu_name: str | None = None
+    # Has an open SSE stream. A worker without one is never chosen (a job_submit would
+    # reach nobody), but it still counts when a wait reason says what could run a job.
+    connected: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,8 @@ def plan(
     """
     if len(pending) < SCAN_BELOW_JOBS:
         return _plan_by_scan(pending, idle_workers)
-    index = FleetIndex({w.worker_id: w for w in idle_workers}.values())  # ids once each
+    # Ids once each, and only workers with an open stream.
+    index = FleetIndex({w.worker_id: w for w in idle_workers if w.connected}.values())
     hopeless: set[RequirementsKey] = set()  # nothing fits now, so nothing will this pass
     placed_jobs: set[str] = set()
     placements: list[tuple[str, str]] = []
@@ -182,7 +186,8 @@ def _plan_by_scan(
     pending: Sequence[PendingJob], idle_workers: Sequence[WorkerView]
 ) -> list[tuple[str, str]]:
     """plan() for a few jobs: for each, the free qualifying worker first in fit order."""
-    workers = list({w.worker_id: w for w in idle_workers}.values())  # ids once each
+    # Ids once each, and only workers with an open stream.
+    workers = list({w.worker_id: w for w in idle_workers if w.connected}.values())
     taken: set[str] = set()
     placements: list[tuple[str, str]] = []
     for job in sorted(pending, key=lambda j: (-j.priority, j.seq, j.job_id)):
@@ -215,170 +220,6 @@ def _best_free(
         if best is not None:
             return best
     return None
-
-
-# --- why a job waits ------------------------------------------------------------------
-
-
-def wait_reason(req: Requirements, fleet: Sequence[WorkerView], idle_ids: Collection[str]) -> str:
-    """One line saying why a job with ``req`` is not running, for the person who submitted it.
-
-    ``fleet`` is every online worker (idle, busy or draining); ``idle_ids`` are those that
-    may take a job now.
-    """
-    eligible, missing = _eligible(req, fleet)
-    if missing is not None:
-        return missing
-    problems = _fleet_wide_problems(req, eligible)
-    if problems:
-        return "; ".join(problems)
-    key = req.key()  # eligible is already on the target's side; fits() checks the rest
-    qualifying = sorted((w for w in eligible if fits(key, w)), key=lambda w: w.worker_id)
-    if not qualifying:
-        closest = min(eligible, key=lambda w: (_count_unmet(key, w), w.worker_id))
-        return (
-            "no single worker meets every requirement "
-            f"(closest is {closest.worker_id}: {unmet(req, closest)})"
-        )
-    idle = [w.worker_id for w in qualifying if w.worker_id in idle_ids]
-    if idle:
-        # Only between events: the next matching pass dispatches it.
-        return f"qualifying worker {idle[0]} is idle; dispatch is imminent"
-    return "every qualifying worker is busy or draining: " + _list_ids(
-        [w.worker_id for w in qualifying]
-    )
-
-
-def _eligible(
-    req: Requirements, fleet: Sequence[WorkerView]
-) -> tuple[list[WorkerView], str | None]:
-    if req.target == "local":
-        eligible = [w for w in fleet if w.is_local]
-        if not eligible:
-            return eligible, (
-                "target local but the orchestrator has no local runner "
-                "(start the server with --local-runner, or submit with target worker or auto)"
-            )
-        return eligible, None
-    if req.target == "worker":
-        eligible = [w for w in fleet if not w.is_local]
-        if not eligible and fleet:
-            return eligible, (
-                "no remote worker is connected; target worker never uses the orchestrator's "
-                "local runner (use target auto to allow it)"
-            )
-    else:
-        eligible = list(fleet)
-    if not eligible:
-        return eligible, "no worker is connected (start one with `tunefleet worker`)"
-    return eligible, None
-
-
-def _fleet_wide_problems(req: Requirements, eligible: list[WorkerView]) -> list[str]:
-    """Requirements that no eligible worker meets even when judged one at a time."""
-    largest = {
-        "local": "the local runner",
-        "worker": "the largest remote worker" if len(eligible) > 1 else "the only remote worker",
-        "auto": "the largest worker" if len(eligible) > 1 else "the only worker",
-    }[req.target]
-    problems = []
-    most_gpus = max(w.gpu_count for w in eligible)
-    if most_gpus < req.gpu_count:
-        problems.append(f"needs {_gpus(req.gpu_count)}; {largest} has {most_gpus}")
-    if req.min_vram_gb:
-        known = [w.gpu_vram_gb for w in eligible if w.gpu_vram_gb is not None]
-        if not known:
-            problems.append(f"min VRAM {_gb(req.min_vram_gb)}; no worker reports its VRAM")
-        elif max(known) < req.min_vram_gb:
-            problems.append(f"min VRAM {_gb(req.min_vram_gb)}; {largest} has {_gb(max(known))}")
-    if req.gpu_name:
-        problem = _gpu_name_problem(req.gpu_name, eligible)
-        if problem is not None:
-            problems.append(problem)
-    if req.labels:
-        problem = _labels_problem(req.labels, eligible)
-        if problem is not None:
-            problems.append(problem)
-    return problems
-
-
-def _gpu_name_problem(pattern: str, eligible: list[WorkerView]) -> str | None:
-    lowered = pattern.lower()
-    if any(gpu_name_matches(w.gpu_name, lowered) for w in eligible):
-        return None
-    names = sorted({w.gpu_name for w in eligible if w.gpu_name})
-    if not names:
-        return f"no GPU named {pattern!r} (no worker reports a GPU name)"
-    reason = f"no GPU named {pattern!r} (workers have: {_list_ids(names)})"
-    # The glob must match the whole name; "H100*" misses "NVIDIA H100 80GB HBM3".
-    wider = (
-        ("" if pattern.startswith("*") else "*") + pattern + ("" if pattern.endswith("*") else "*")
-    )
-    if wider != pattern and any(gpu_name_matches(n, wider.lower()) for n in names):
-        reason += f"; the name must match whole, try {wider!r}"
-    return reason
-
-
-def _labels_problem(labels: Mapping[str, str], eligible: list[WorkerView]) -> str | None:
-    def matched(w: WorkerView) -> int:
-        return sum(label_matches(w.labels, k, p) for k, p in labels.items())
-
-    if any(matched(w) == len(labels) for w in eligible):
-        return None
-    # Name the labels nobody has, or all of them when only the combination fails.
-    hopeless = {
-        k: p for k, p in labels.items() if not any(label_matches(w.labels, k, p) for w in eligible)
-    }
-    shown = hopeless or dict(labels)
-    closest = min(
-        eligible,
-        key=lambda w: (-matched(w), -_shares_keys(w, shown), -_likeness(w, shown), w.worker_id),
-    )
-    key = next(k for k, p in shown.items() if not label_matches(closest.labels, k, p))
-    has = f"has {key}={closest.labels[key]}" if key in closest.labels else f"has no label {key}"
-    wanted = ", ".join(f"{k}={p}" for k, p in shown.items())
-    plural = "labels" if len(shown) > 1 else "label"
-    together = "" if hopeless else " together"
-    return f"no worker matches {plural} {wanted}{together} (closest: {closest.worker_id} {has})"
-
-
-def _shares_keys(worker: WorkerView, labels: Mapping[str, str]) -> int:
-    return sum(k in worker.labels for k in labels)
-
-
-def _likeness(worker: WorkerView, labels: Mapping[str, str]) -> int:
-    """Characters the worker's values share with the wanted patterns' starts (a10 ~ a100*)."""
-    total = 0
-    for key, pattern in labels.items():
-        value = str(worker.labels.get(key, ""))
-        total += _shared_start(value, pattern)
-    return total
-
-
-def _shared_start(a: str, b: str) -> int:
-    length = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        length += 1
-    return length
-
-
-def _count_unmet(key: RequirementsKey, worker: WorkerView) -> int:
-    """How many requirements ``worker`` misses (labels count one each)."""
-    missing = 0
-    for label, pattern in key.labels:  # a plain loop: this runs for every worker in the fleet
-        if not label_matches(worker.labels, label, pattern):
-            missing += 1
-    if worker.gpu_count < key.gpu_count:
-        missing += 1
-    if key.min_vram_gb is not None and (
-        worker.gpu_vram_gb is None or worker.gpu_vram_gb < key.min_vram_gb
-    ):
-        missing += 1
-    if key.gpu_name is not None and not gpu_name_matches(worker.gpu_name, key.gpu_name):
-        missing += 1
-    return missing
 
 
 # --- the job's GPU count from its training config -------------------------------------
@@ -428,12 +269,6 @@ def _gb(value: float) -> str:
     return f"{value:g} GB"
 
 
-def _list_ids(ids: Sequence[str]) -> str:
-    shown = ", ".join(ids[:_LISTED_WORKERS])
-    more = len(ids) - _LISTED_WORKERS
-    return f"{shown} and {more} more" if more > 0 else shown
-
-
 __all__ = [
     "NUM_PROCESSES_KEYS",
     "TARGETS",
@@ -448,5 +283,4 @@ __all__ = [
     "label_matches",
     "plan",
     "unmet",
-    "wait_reason",
 ]

@@ -53,7 +53,7 @@ class WorkerRecord:
         # What an admin assigned wins over what the agent claims about itself.
         return {**self.agent_labels, **self.labels}
 
-    def view(self) -> WorkerView:
+    def view(self, *, connected: bool = True) -> WorkerView:
         return WorkerView(
             worker_id=self.worker_id,
             is_local=self.is_local,
@@ -61,6 +61,7 @@ class WorkerRecord:
             gpu_count=self.gpu_count,
             gpu_vram_gb=self.gpu_vram_gb,
             gpu_name=self.gpu_name,
+            connected=connected,
         )
 
     def apply_registration(self, msg: m.Register, now: float) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tunefleet.actors import messages as m
-from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet, wait_reason
+from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
 from tunefleet.actors.runtime import Actor
+from tunefleet.actors.wait_reasons import wait_reason
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
@@ -56,7 +57,7 @@ class Scheduler(Actor):
             self.fleet.pop(msg.worker_id, None)
         else:
             self.fleet[msg.worker_id] = msg.view
-        if msg.schedulable and msg.view is not None:
+        if msg.schedulable and msg.view is not None and msg.view.connected:
             self.idle[msg.worker_id] = msg.view
             self._schedule_pass()
         else:

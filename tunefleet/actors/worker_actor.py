@@ -61,7 +61,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         )
 
     def view(self) -> WorkerView:
-        return self.rec.view()
+        return self.rec.view(connected=self.connected)
 
     def snapshot(self) -> dict[str, Any]:
         return self.rec.public(
@@ -141,6 +141,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 else self.ctx.settings.heartbeat_timeout_s
             )
             self.heartbeat.extend(grace)
+            self._announce()  # not connected yet, but wait reasons should know of it
 
     async def on_stop(self) -> None:
         self.heartbeat.cancel()
@@ -396,11 +397,14 @@ class WorkerActor(WorkerFsmMixin, Actor):
         self.saved_state = self.state
 
     def _announce(self) -> None:
-        """Tell the scheduler whether this worker can take a job now, and the pages."""
-        online = self.state not in (WorkerState.OFFLINE, WorkerState.CONNECTING)
+        """Tell the scheduler whether this worker can take a job now, and the pages.
+
+        A worker that is not offline stays in the scheduler's fleet even without a
+        stream (``connected=False``): it takes no job, but wait reasons mention it."""
+        known = self.state != WorkerState.OFFLINE
         self.ctx.scheduler.tell(
             m.WorkerChanged(
-                self.worker_id, self.view() if online else None, schedulable=self.schedulable
+                self.worker_id, self.view() if known else None, schedulable=self.schedulable
             )
         )
         self.ctx.hub.publish("worker", worker=self.snapshot())

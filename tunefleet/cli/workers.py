@@ -65,6 +65,8 @@ def list_workers(conn: Connection, status: str | None, as_json: bool) -> None:
             w["id"],
             w["name"],
             status_text(w["status"]),
+            # An open stream: a worker without one takes no job, whatever its status.
+            "yes" if w.get("connected") else "no",
             w.get("worker_type") or NONE,
             gpus_text(w),
             pairs_text(w.get("labels")),
@@ -73,7 +75,7 @@ def list_workers(conn: Connection, status: str | None, as_json: bool) -> None:
         ]
         for w in data["workers"]
     ]
-    columns = ["ID", "NAME", "STATUS", "TYPE", "GPUS", "LABELS", "JOB", "LAST SEEN"]
+    columns = ["ID", "NAME", "STATUS", "CONNECTED", "TYPE", "GPUS", "LABELS", "JOB", "LAST SEEN"]
     empty = no_match(
         "worker", {"--status": status}, "No workers. Create one with: tunefleet workers create NAME"
     )

@@ -19,7 +19,6 @@ from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
 from tunefleet.actors.persistence import Persistence
 from tunefleet.actors.runtime import ActorSystem
-from tunefleet.actors.stream import StreamConnection
 from tunefleet.agent.executor import JobExecutor
 from tunefleet.agent.gpu import GpuProbe
 from tunefleet.audit import AuditLog
@@ -157,8 +156,9 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _close_streams(app: web.Application) -> None:
-    streams: set[StreamConnection] = app[keys.OPEN_STREAMS]
-    for conn in list(streams):
+    streams = app[keys.OPEN_STREAMS]
+    await streams.close()
+    for conn in streams:
         conn.close()
     hub = app.get(keys.HUB)
     if hub is not None:

@@ -10,10 +10,10 @@ if TYPE_CHECKING:
     from tunefleet.actors.clock import Clock
     from tunefleet.actors.events import EventHub
     from tunefleet.actors.fleet import Fleet
-    from tunefleet.actors.stream import StreamConnection
     from tunefleet.audit import AuditLog
     from tunefleet.http.app import ServerOptions
     from tunefleet.http.metrics import Metrics
+    from tunefleet.http.stream_watch import StreamWatch
     from tunefleet.jobconfigs import ConfigCatalog
     from tunefleet.storage.store import Store
 
@@ -26,4 +26,4 @@ HUB: web.AppKey[EventHub] = web.AppKey("hub")
 AUDIT: web.AppKey[AuditLog] = web.AppKey("audit")
 CATALOG: web.AppKey[ConfigCatalog] = web.AppKey("catalog")
 BANNER: web.AppKey[str] = web.AppKey("banner")
-OPEN_STREAMS: web.AppKey[set[StreamConnection]] = web.AppKey("open_streams")
+OPEN_STREAMS: web.AppKey[StreamWatch] = web.AppKey("open_streams")

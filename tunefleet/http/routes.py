@@ -27,6 +27,7 @@ from tunefleet.http.errors import error_middleware
 from tunefleet.http.metrics import request_timing_middleware
 from tunefleet.http.openapi import openapi_handler
 from tunefleet.http.route_table import routes
+from tunefleet.http.stream_watch import StreamWatch
 
 # An API token's last use is recorded at most this often: one write a minute, not one
 # per request.
@@ -90,7 +91,7 @@ def middlewares() -> Sequence[Middleware]:
 def build_routes(app: web.Application) -> None:
     app[AUTHENTICATOR_KEY] = FleetAuthenticator(app)
     app[AUTH_FAILURE_HOOK_KEY] = audit_auth_failure
-    app[keys.OPEN_STREAMS] = set()
+    app[keys.OPEN_STREAMS] = StreamWatch()
     routes.add_to(app)
     app.router.add_get("/api/openapi.json", openapi_handler(routes, __version__))
     ui.add_routes(app)

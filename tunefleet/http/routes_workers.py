@@ -84,7 +84,7 @@ async def worker_stream(request: web.Request) -> web.StreamResponse:
     last_event_id = _last_event_id(request)
     conn = await fleet.open_stream(worker_id, last_event_id)
     open_streams = request.app[keys.OPEN_STREAMS]
-    open_streams.add(conn)
+    open_streams.add(conn, request.transport)
     ping_s = fleet.ctx.settings.ping_interval_s
     # Plain "\n" line ends: agents that read raw lines for "data: " need no CR stripping.
     sse = EventSourceResponse(ping_interval=_NO_LIBRARY_PING_S, sep="\n")

@@ -86,7 +86,8 @@ live.on('job_progress', (data) => {
   }
 });
 
-/** Connected: online in the scheduler's sense (not offline, not still connecting). */
+/** Connected: its SSE stream is open, so the scheduler may give it a job. A worker whose
+ * stream closed keeps its status (idle, busy) until the heartbeat timeout, unconnected. */
 export function isConnected(worker) {
-  return worker.status !== 'offline' && worker.status !== 'connecting';
+  return Boolean(worker.connected) && worker.status !== 'offline' && worker.status !== 'connecting';
 }

@@ -120,8 +120,11 @@ export function mount(main) {
         w.hostname && w.hostname !== w.name ? h('div', { class: 'cell-sub', title: 'host name' }, w.hostname) : null),
     },
     {
-      label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}`,
+      label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}|${w.connected}`,
       render: (w) => h('div', {}, badge(w.status),
+        w.status !== 'offline' && !w.connected
+          ? h('div', { class: 'cell-note not-connected', title: 'No open stream: it takes no job until its agent reconnects' }, 'not connected')
+          : null,
         w.drain_requested && w.status !== 'draining' ? h('div', { class: 'cell-note' }, 'drain requested') : null),
     },
     {
