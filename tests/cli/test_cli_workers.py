@@ -124,7 +124,7 @@ def test_drain_resume_rotate_and_delete_a_live_worker(
 
     refused = tf("workers", "delete", worker_id, "--yes")
     assert refused.exit_code == 1
-    assert "drain it first" in refused.stderr or "offline" in refused.stderr
+    assert f"delete it with tunefleet workers delete {worker_id} --force" in refused.stderr
 
     rotated = tf("workers", "rotate-token", worker_id)
     assert rotated.exit_code == 0, rotated.output
@@ -145,6 +145,28 @@ def test_drain_resume_rotate_and_delete_a_live_worker(
     with pytest.raises(ApiError) as gone:
         orchestrator.worker(worker_id)
     assert gone.value.status == 404
+
+
+def test_delete_of_a_drained_persistent_worker_advises_force_and_force_works(
+    tf: Invoke, orchestrator: Orchestrator, second_agent: tuple[Agent, str]
+) -> None:
+    # Draining never takes a persistent worker offline, so "drain it and wait until it
+    # is offline" would wait for ever: the advice is the CLI's own --force, and it works.
+    agent, worker_id = second_agent
+    assert tf("workers", "drain", worker_id).exit_code == 0
+    refused = tf("workers", "delete", worker_id, "--yes")
+    assert refused.exit_code == 1
+    error = refused.stderr.replace("\n", " ")
+    assert f"worker {worker_id} is draining and runs no job" in error
+    assert f"delete it with tunefleet workers delete {worker_id} --force" in error
+    assert "?force=true" not in error and "(HTTP 409)" in error
+    assert orchestrator.worker(worker_id)["status"] == "draining"  # and it stays so
+
+    forced = tf("workers", "delete", worker_id, "--force", "--yes")
+    assert forced.exit_code == 0, forced.output
+    assert agent.wait_exit() == 0  # told to stop, its agent leaves
+    with pytest.raises(ApiError):
+        orchestrator.worker(worker_id)
 
 
 def test_delete_force_json_without_prompt(tf: Invoke, orchestrator: Orchestrator) -> None:

@@ -228,12 +228,55 @@ async def test_rotation_kills_the_old_token_at_once_and_closes_its_stream(server
 # --- delete -----------------------------------------------------------------------------
 
 
-async def test_delete_of_an_online_worker_is_409_and_says_to_drain(server: Any) -> None:
+async def test_delete_of_an_idle_persistent_worker_advises_the_forced_delete(
+    server: Any,
+) -> None:
+    # Draining never takes a persistent worker offline: advice to wait for that would
+    # never come true. The advice given must work when followed.
     worker = await server.connected_worker()
+    for status in ("idle", "draining"):
+        resp = await server.delete(f"/api/admin/workers/{worker.worker_id}")
+        assert resp.status == 409
+        detail = (await resp.json())["detail"]
+        assert detail.startswith(f"worker {worker.worker_id} is {status} and runs no job")
+        assert "delete it with ?force=true (its agent is told to stop" in detail
+        assert "wait until it is offline" not in detail
+        if status == "idle":
+            await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/drain")
+    await server.clock.advance(60)  # well within the heartbeat timeout: still draining
+    assert (await server.worker_view(worker.worker_id))["status"] == "draining"
+    deleted = await server.ok("DELETE", f"/api/admin/workers/{worker.worker_id}?force=true")
+    assert deleted["requeued_job_id"] is None
+    await worker.stream.expect("drain")
+    assert (await worker.stream.expect("shutdown")).data["reason"]
+    worker.close()
+
+
+async def test_delete_of_an_idle_ephemeral_worker_advises_a_drain_that_works(
+    server: Any,
+) -> None:
+    worker = await server.create_worker("one-shot", worker_type="ephemeral")
+    await worker.connect("one-shot")
+    resp = await server.delete(f"/api/admin/workers/{worker.worker_id}")
+    detail = (await resp.json())["detail"]
+    assert resp.status == 409 and "drain it: its ephemeral agent then exits" in detail
+    await server.ok("POST", f"/api/admin/workers/{worker.worker_id}/drain")
+    await worker.stream.expect("drain")
+    await worker.stream.expect("shutdown")  # what makes an ephemeral agent leave
+    await worker.disconnect()
+    await server.wait_worker(worker.worker_id, "offline")
+    await server.ok("DELETE", f"/api/admin/workers/{worker.worker_id}")
+    worker.close()
+
+
+async def test_delete_of_a_busy_worker_names_its_job(server: Any) -> None:
+    worker = await server.connected_worker()
+    job_id = await server.running_job(worker)
     resp = await server.delete(f"/api/admin/workers/{worker.worker_id}")
     assert resp.status == 409
-    assert "drain" in (await resp.json())["detail"]
-    assert (await server.worker_view(worker.worker_id))["status"] == "idle"
+    detail = (await resp.json())["detail"]
+    assert f"is busy with job {job_id}: drain it to let the job finish" in detail
+    assert detail.endswith("or use ?force=true now and the job goes back to the queue")
     worker.close()
 
 

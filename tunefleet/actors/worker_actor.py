@@ -10,6 +10,7 @@ import structlog
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetContext
+from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
 from tunefleet.actors.matching import WorkerView
 from tunefleet.actors.records import WorkerRecord
 from tunefleet.actors.runtime import Actor
@@ -365,8 +366,13 @@ class WorkerActor(WorkerFsmMixin, Actor):
         # A worker that never connected has no agent to stop: it may go like an offline one.
         if self.state not in (WorkerState.OFFLINE, WorkerState.CONNECTING) and not force:
             raise Conflict(
-                f"worker {self.worker_id} is {self.state}; drain it and wait until it is "
-                "offline, or delete with ?force=true"
+                refused_delete_advice(
+                    self.worker_id,
+                    str(self.state),
+                    self.rec.worker_type,
+                    self.current_job_id,
+                    API_FORCE,
+                )
             )
         lost_job = self.current_job_id
         if self.connection is not None:

@@ -7,7 +7,8 @@ from urllib.parse import quote
 
 import click
 
-from tunefleet.cli.client import ApiClient, Connection
+from tunefleet.actors.delete_advice import CLI_FORCE, refused_delete_advice
+from tunefleet.cli.client import ApiClient, ApiRefused, CliError, Connection
 from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
 from tunefleet.cli.output import (
     NONE,
@@ -198,6 +199,23 @@ def rotate_token(conn: Connection, worker_id: str, as_json: bool) -> None:
     _print_token(data, f"New token for {worker_id}; the old one no longer works.")
 
 
+async def _refusal_with_cli_advice(api: ApiClient, worker_id: str, refused: ApiRefused) -> CliError:
+    """The orchestrator's 409 advises ``?force=true``; say the same with ``--force``."""
+    if refused.status != 409:
+        return refused
+    worker = await api.get(_path(worker_id))
+    if worker.get("is_local") or worker["status"] in ("offline", "connecting"):
+        return refused  # refused for another reason: its own detail says why
+    advice = refused_delete_advice(
+        worker_id,
+        worker["status"],
+        worker.get("worker_type") or "",
+        worker.get("current_job_id"),
+        CLI_FORCE,
+    )
+    return ApiRefused(refused.status, advice)
+
+
 @workers.command("delete")
 @click.argument("worker_id")
 @click.option(
@@ -216,7 +234,10 @@ def delete_worker(conn: Connection, worker_id: str, force: bool, yes: bool, as_j
         click.confirm(f"Delete {what}?", abort=True)
 
     async def delete(api: ApiClient) -> Any:
-        return await api.delete(_path(worker_id), {"force": "true" if force else None})
+        try:
+            return await api.delete(_path(worker_id), {"force": "true" if force else None})
+        except ApiRefused as refused:
+            raise await _refusal_with_cli_advice(api, worker_id, refused) from None
 
     data = call(conn, delete)
     if as_json:

@@ -167,7 +167,10 @@ async def rotate_worker_token(request: web.Request) -> web.StreamResponse:
     query=DeleteWorkerQuery,
     response=DeleteWorkerResponse,
     auth="api:admin.workers",
-    errors={**_NOT_FOUND, 409: "The worker is not offline; drain it first or use ?force=true"},
+    errors={
+        **_NOT_FOUND,
+        409: "The worker is not offline; the detail says how to delete it (often ?force=true)",
+    },
 )
 async def delete_worker(request: web.Request) -> web.StreamResponse:
     query = parse_query(request, DeleteWorkerQuery)
