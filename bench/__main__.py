@@ -33,6 +33,7 @@ BENCHMARKS: tuple[str, ...] = (
     "heartbeat_ingestion",
     "failure_detection",
     "restart",
+    "agent_artifacts",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

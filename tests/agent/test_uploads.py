@@ -187,7 +187,7 @@ async def test_listing_and_a_download_that_continues_with_range(
         await client.put_file("checkpoint-20/w.bin", tmp_path / "src" / "w.bin")
         await client.put_bytes("checkpoint-20/.tunefleet-manifest.json", b"{}")
         await client.put_bytes("checkpoint-200/x", b"x")
-        listed = await client.list("checkpoint-20/")
+        listed = await client.list_objects("checkpoint-20/")
         assert sorted(o.key for o in listed) == [
             "checkpoint-20/.tunefleet-manifest.json",
             "checkpoint-20/w.bin",
@@ -230,8 +230,8 @@ async def test_a_file_that_changes_while_uploading_is_sent_again(
     client = client_for(endpoint)
     original = client._chunks
 
-    async def touching(p: Path, offset: int, length: int):  # type: ignore[no-untyped-def]
-        async for chunk in original(p, offset, length):
+    async def touching(p: Path, offset: int, length: int, digest: object):  # type: ignore[no-untyped-def]
+        async for chunk in original(p, offset, length, digest):
             yield chunk
         os.utime(p, ns=(1, 1))
 
@@ -252,3 +252,33 @@ async def test_unreachable_store_is_retryable_and_names_no_token(tmp_path: Path)
     finally:
         await client.close()
     assert TOKEN not in str(error.value)
+
+
+async def test_a_part_stored_whose_answer_was_lost_is_not_sent_again(
+    store: tuple[FakeStore, str], tmp_path: Path
+) -> None:
+    fake, endpoint = store
+    size = 256 * 1024 * 3 + 10
+    sha = random_file(tmp_path / "big.bin", size)
+    client = client_for(endpoint)
+    original = client._send
+    lost = False
+
+    async def answer_lost(method: str, url: str, what: str, **kw: object):  # type: ignore[no-untyped-def]
+        nonlocal lost
+        reply = await original(method, url, what, **kw)  # type: ignore[arg-type]
+        if "partNumber=2&" in url and not lost:
+            lost = True
+            raise StoreUnreachable("connection lost after the part was stored (injected)")
+        return reply
+
+    client._send = answer_lost  # type: ignore[method-assign]
+    try:
+        with pytest.raises(StoreUnreachable):
+            await client.put_file("big.bin", tmp_path / "big.bin")
+        stored = await client.put_file("big.bin", tmp_path / "big.bin")
+    finally:
+        await client.close()
+    assert stored.sha256 == sha == fake.sha256("big.bin")
+    parts = [p for m, p in fake.requests if m == "PUT"]
+    assert sum("partNumber=2&" in p for p in parts) == 1

@@ -35,6 +35,7 @@ class FakeStore:
     max_body_chunk: int = 0
     _uploads: dict[str, dict[int, Path]] = field(default_factory=dict)
     _presigned: dict[str, str] = field(default_factory=dict)
+    _sha: dict[str, tuple[tuple[int, int], str]] = field(default_factory=dict)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1024**4)
@@ -53,7 +54,17 @@ class FakeStore:
         return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
 
     def sha256(self, key: str) -> str:
-        return hashlib.sha256(self.path(key).read_bytes()).hexdigest()
+        path = self.path(key)
+        stat = path.stat()
+        known = self._sha.get(key)
+        if known is None or known[0] != (stat.st_size, stat.st_mtime_ns):
+            digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                while chunk := handle.read(CHUNK):
+                    digest.update(chunk)
+            known = ((stat.st_size, stat.st_mtime_ns), digest.hexdigest())
+            self._sha[key] = known
+        return known[1]
 
     # --- routes ---------------------------------------------------------------------------
 

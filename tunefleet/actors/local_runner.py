@@ -26,6 +26,7 @@ from tunefleet.agent.executor import (
     ProgressReported,
 )
 from tunefleet.agent.gpu import GpuInventory
+from tunefleet.agent.job_artifacts import artifact_plan, upload_env
 
 log = structlog.get_logger(__name__)
 
@@ -131,13 +132,16 @@ class LocalRunner:
 
     async def _run(self, data: dict[str, Any]) -> None:
         job_id = str(data["job_id"])
+        # Outputs go to the artifact store as a remote agent's do (same code, same rules).
+        plan = artifact_plan(data, "")
         spec = JobSpec(
             job_id=job_id,
             attempt=int(data.get("attempt") or 1),
             config=dict(data.get("config") or {}),
             dataloader=data.get("dataloader"),
             command=data.get("command"),
-            env={**dict(data.get("env") or {}), **self._gpu_env(data)},
+            env={**dict(data.get("env") or {}), **upload_env(plan), **self._gpu_env(data)},
+            artifacts=plan,
         )
         self._attempt = spec.attempt
         try:

@@ -61,6 +61,31 @@ class ArtifactOptions:
     cancelled_upload_s: float = 20.0
 
 
+def artifact_plan(payload: dict[str, Any], base_url: str) -> ArtifactPlan | None:
+    """Where the job's outputs go, from ``upload_endpoint`` (absolute, or a path on the
+    orchestrator) and ``upload_token``; None when the job_submit carries no endpoint or
+    no token (SimpleTuner's server sends ``""``)."""
+    endpoint = payload.get("upload_endpoint")
+    token = payload.get("upload_token")
+    if not (isinstance(endpoint, str) and endpoint and isinstance(token, str) and token):
+        return None
+    if not endpoint.startswith(("http://", "https://")):
+        endpoint = base_url + endpoint
+    resume = payload.get("resume_checkpoint")
+    return ArtifactPlan(endpoint, token, resume if isinstance(resume, str) and resume else None)
+
+
+def upload_env(plan: ArtifactPlan | None) -> dict[str, str]:
+    """The trainer's view of the plan: SimpleTuner's variables and tunefleet's."""
+    if plan is None:
+        return {}
+    return {
+        f"{prefix}_UPLOAD_{name}": value
+        for prefix in ("SIMPLETUNER", "TUNEFLEET")
+        for name, value in (("ENDPOINT", plan.endpoint), ("TOKEN", plan.token))
+    }
+
+
 def output_dir_of(config: Mapping[str, Any]) -> str | None:
     for key in ("output_dir", "--output_dir"):
         value = config.get(key)
@@ -135,7 +160,8 @@ class JobArtifacts:
             self.note(f"resume checkpoint {name!r} is not a checkpoint-<step> name; starting fresh")
             return None
         try:
-            listed = await self._retrying(lambda: self.client.list(f"{name}/"), f"listing {name}")
+            prefix = f"{name}/"
+            listed = await self._retrying(lambda: self.client.list_objects(prefix), prefix)
             files = [o for o in listed if PurePosixPath(o.key).name != MANIFEST_NAME]
             if len(files) == len(listed):
                 self.note(f"checkpoint {name} is incomplete in the store; starting fresh")

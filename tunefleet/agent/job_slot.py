@@ -18,7 +18,6 @@ from typing import Any, Protocol
 import structlog
 
 from tunefleet.agent.executor import (
-    ArtifactPlan,
     EventCallback,
     ExecutorEvent,
     JobOutcome,
@@ -27,6 +26,7 @@ from tunefleet.agent.executor import (
     LogBatch,
     ProgressReported,
 )
+from tunefleet.agent.job_artifacts import artifact_plan, upload_env
 from tunefleet.agent.outbox import Outbox, Report
 from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
 
@@ -278,10 +278,7 @@ def job_spec(payload: dict[str, Any], job_id: str, attempt: int, base_url: str) 
     if isinstance(extra, dict):
         env.update({str(k): v for k, v in extra.items() if v is not None})
     plan = artifact_plan(payload, base_url)
-    if plan is not None:
-        for prefix in ("SIMPLETUNER", "TUNEFLEET"):
-            env[f"{prefix}_UPLOAD_ENDPOINT"] = plan.endpoint
-            env[f"{prefix}_UPLOAD_TOKEN"] = plan.token
+    env.update(upload_env(plan))
     value = payload.get("hf_token")
     if isinstance(value, str) and value:
         env["HF_TOKEN"] = value
@@ -296,20 +293,6 @@ def job_spec(payload: dict[str, Any], job_id: str, attempt: int, base_url: str) 
         env=env,
         artifacts=plan,
     )
-
-
-def artifact_plan(payload: dict[str, Any], base_url: str) -> ArtifactPlan | None:
-    """Where the job's outputs go, from ``upload_endpoint`` (absolute, or a path on the
-    orchestrator) and ``upload_token``; None when the job_submit carries no endpoint or
-    no token (SimpleTuner's server sends ``""``)."""
-    endpoint = payload.get("upload_endpoint")
-    token = payload.get("upload_token")
-    if not (isinstance(endpoint, str) and endpoint and isinstance(token, str) and token):
-        return None
-    if not endpoint.startswith(("http://", "https://")):
-        endpoint = base_url + endpoint
-    resume = payload.get("resume_checkpoint")
-    return ArtifactPlan(endpoint, token, resume if isinstance(resume, str) and resume else None)
 
 
 def _positive_int(value: object) -> int:

@@ -74,6 +74,8 @@ class _Multipart:
     part_size: int
     identity: tuple[int, int]  # (size, mtime_ns) of the file it uploads
     etags: dict[int, str] = field(default_factory=dict)
+    digest: Any = field(default_factory=hashlib.sha256)  # of the bytes [0, hashed_to)
+    hashed_to: int = 0
 
 
 def file_sha256(path: Path, chunk_bytes: int = CHUNK_BYTES) -> str:
@@ -152,26 +154,26 @@ class ArtifactClient:
         _, body, _ = await self._send("PUT", self._url(key), f"upload of {key}", data=data)
         return self._stored(key, len(data), sha, body)
 
-    async def put_file(self, key: str, path: Path, sha256: str | None = None) -> StoredObject:
-        """Store the file at ``key``; a retry of a large file continues its multipart
-        upload where the last attempt stopped."""
+    async def put_file(self, key: str, path: Path) -> StoredObject:
+        """Store the file at ``key``, hashing it as it is read (one pass over the disk);
+        a retry of a large file continues its multipart upload where the last one stopped."""
         stat = await asyncio.to_thread(path.stat)
-        sha = sha256 if sha256 else await asyncio.to_thread(file_sha256, path, self.chunk_bytes)
         if stat.st_size > self.multipart_threshold:
-            stored = await self._put_multipart(key, path, stat, sha)
+            stored = await self._put_multipart(key, path, stat)
         else:
+            digest = [hashlib.sha256()]
             _, body, _ = await self._send(
-                "PUT", self._url(key), f"upload of {key}", path=path, length=stat.st_size
-            )
-            stored = self._stored(key, stat.st_size, sha, body)
+                "PUT", self._url(key), f"upload of {key}",
+                path=path, length=stat.st_size, digest=digest,
+            )  # fmt: skip
+            stored = self._stored(key, stat.st_size, digest[0].hexdigest(), body)
         after = await asyncio.to_thread(path.stat)
         if (after.st_size, after.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+            self._multiparts.pop(key, None)
             raise StoreUnreachable(f"{path} changed while it was uploaded; uploading it again")
         return stored
 
-    async def _put_multipart(
-        self, key: str, path: Path, stat: os.stat_result, sha: str
-    ) -> StoredObject:
+    async def _put_multipart(self, key: str, path: Path, stat: os.stat_result) -> StoredObject:
         identity = (stat.st_size, stat.st_mtime_ns)
         upload = self._multiparts.get(key)
         if upload is not None and upload.identity != identity:
@@ -184,17 +186,30 @@ class ArtifactClient:
         size = stat.st_size
         count = max(1, -(-size // upload.part_size))
         for number in range(1, count + 1):
-            if number in upload.etags:
-                continue
             offset = (number - 1) * upload.part_size
             length = min(upload.part_size, size - offset)
+            if number in upload.etags:
+                if upload.hashed_to == offset:  # stored by a try whose answer was lost
+                    await asyncio.to_thread(_hash_range, path, offset, length, upload.digest)
+                    upload.hashed_to += length
+                continue
+            # The whole-file digest follows the parts in order; a failed part leaves it as
+            # it was (the part's bytes go into a copy, kept only once the part is stored).
+            in_order = upload.hashed_to == offset
+            digest = [upload.digest] if in_order else None
             query = f"?partNumber={number}&uploadId={quote(upload.upload_id, safe='')}"
             _, body, headers = await self._send(
                 "PUT", self._url(key) + query, f"part {number} of {key}",
-                path=path, offset=offset, length=length,
+                path=path, offset=offset, length=length, digest=digest,
             )  # fmt: skip
             etag = body.get("etag") if isinstance(body, dict) else None
             upload.etags[number] = str(etag or headers.get("ETag", "")).strip()
+            if digest is not None:
+                upload.digest, upload.hashed_to = digest[0], offset + length
+        if upload.hashed_to != size:  # parts stored by an earlier try of another process
+            upload.digest = await asyncio.to_thread(_digest_of, path)
+            upload.hashed_to = size
+        sha = upload.digest.hexdigest()
         parts = [{"part_number": n, "etag": upload.etags[n]} for n in range(1, count + 1)]
         query = f"?uploadId={quote(upload.upload_id, safe='')}"
         try:
@@ -228,6 +243,8 @@ class ArtifactClient:
                 raise
             fresh = await self._start_multipart(key, upload.identity)
             upload.upload_id, upload.part_size = fresh.upload_id, fresh.part_size
+            upload.digest, upload.hashed_to = hashlib.sha256(), 0
+            self._multiparts[key] = upload
             return {}
         parts = body.get("parts") if isinstance(body, dict) else None
         stored: dict[int, str] = {}
@@ -248,7 +265,7 @@ class ArtifactClient:
 
     # --- downloads ----------------------------------------------------------------------
 
-    async def list(self, prefix: str) -> list[StoredObject]:
+    async def list_objects(self, prefix: str) -> list[StoredObject]:
         url = f"{self.endpoint}/{self.bucket}?prefix={quote(prefix, safe='')}"
         _, body, _ = await self._send("GET", url, f"listing {prefix}")
         objects = body.get("objects") if isinstance(body, dict) else None
@@ -278,8 +295,7 @@ class ArtifactClient:
                 handle = await asyncio.to_thread(partial.open, "ab" if have else "wb")
                 try:
                     async for chunk in response.content.iter_chunked(self.chunk_bytes):
-                        await asyncio.to_thread(handle.write, chunk)
-                        digest.update(chunk)
+                        await asyncio.to_thread(_write_hashing, handle, chunk, digest)
                         self.bytes_received += len(chunk)
                 except (aiohttp.ClientError, TimeoutError) as error:
                     why = f"download of {item.key} interrupted: {_describe(error)}"
@@ -321,13 +337,19 @@ class ArtifactClient:
         path: Path | None = None,
         offset: int = 0,
         length: int = 0,
+        digest: list[Any] | None = None,
     ) -> tuple[int, Any, dict[str, str]]:
-        """One request, its body re-made for each redirect (a stream cannot be replayed)."""
+        """One request, its body re-made for each redirect (a stream cannot be replayed).
+        A file body's bytes go into ``digest[0]`` (a hashlib object) as they are read."""
         headers = dict(self._headers)
+        start = digest[0].copy() if digest is not None else None
         for _ in range(_MAX_REDIRECTS + 1):
             body: Any = data
             if path is not None:
-                body = self._chunks(path, offset, length)
+                hasher = None
+                if digest is not None and start is not None:
+                    digest[0] = hasher = start.copy()  # a redirect sends the bytes again
+                body = self._chunks(path, offset, length, hasher)
                 headers["Content-Length"] = str(length)
             try:
                 async with self._client().request(
@@ -352,13 +374,17 @@ class ArtifactClient:
     def _open(self, method: str, url: str, extra: dict[str, str]) -> _Download:
         return _Download(self, method, url, extra)
 
-    async def _chunks(self, path: Path, offset: int, length: int) -> AsyncIterator[bytes]:
+    async def _chunks(
+        self, path: Path, offset: int, length: int, digest: Any = None
+    ) -> AsyncIterator[bytes]:
         handle = await asyncio.to_thread(path.open, "rb")
         try:
             await asyncio.to_thread(handle.seek, offset)
             left = length
             while left > 0:
-                chunk = await asyncio.to_thread(handle.read, min(self.chunk_bytes, left))
+                # Read and hash in the thread: sha256 lets go of the GIL for large buffers.
+                size = min(self.chunk_bytes, left)
+                chunk = await asyncio.to_thread(_read_hashing, handle, size, digest)
                 if not chunk:
                     raise StoreUnreachable(f"{path} shrank while it was uploaded")
                 left -= len(chunk)
@@ -402,6 +428,27 @@ class _Download:
     async def __aexit__(self, *exc: object) -> None:
         if self._response is not None:
             self._response.release()
+
+
+def _read_hashing(handle: Any, size: int, digest: Any) -> bytes:
+    chunk: bytes = handle.read(size)
+    if digest is not None:
+        digest.update(chunk)
+    return chunk
+
+
+def _write_hashing(handle: Any, chunk: bytes, digest: Any) -> None:
+    handle.write(chunk)
+    digest.update(chunk)
+
+
+def _hash_range(path: Path, offset: int, length: int, digest: Any) -> None:
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        left = length
+        while left > 0 and (chunk := handle.read(min(CHUNK_BYTES, left))):
+            digest.update(chunk)
+            left -= len(chunk)
 
 
 def _digest_of(path: Path) -> Any:
