@@ -176,6 +176,34 @@ def test_logs_table_json_and_filters(tf: Invoke, orchestrator: Orchestrator, age
     ]
 
 
+def test_metrics_table_csv_and_json(tf: Invoke, orchestrator: Orchestrator, agent: str) -> None:
+    job_id = orchestrator.submit(
+        config_name="quick", target="worker", worker_labels={"pool": "cli"}
+    )["job_id"]
+    orchestrator.wait_job(job_id, {"completed"})
+    data = json.loads(tf("jobs", "metrics", job_id, "--json").stdout)
+    points = data["points"]
+    # The real agent and trainer reported steps with loss, lr and epoch; the last is 10.
+    assert points and points[-1]["step"] == 10
+    assert {"loss", "lr", "epoch"} <= set(points[-1]["values"])
+    steps = [p["step"] for p in points]
+    assert steps == sorted(set(steps))
+    table = tf("jobs", "metrics", job_id)
+    assert table.exit_code == 0, table.output
+    header = table.stdout.splitlines()[0].split()
+    assert header == ["ATTEMPT", "STEP", "loss", "epoch", "lr"]
+    csv_lines = tf("jobs", "metrics", job_id, "--csv").stdout.splitlines()
+    assert csv_lines[0] == "attempt,step,at,loss,epoch,lr"
+    assert len(csv_lines) == len(points) + 1
+    assert tf("jobs", "metrics", job_id, "--attempt", "2", "--json").stdout.count('"step"') == 0
+
+
+def test_metrics_of_an_unknown_job_exit_1(tf: Invoke) -> None:
+    result = tf("jobs", "metrics", "j_nope")
+    assert result.exit_code == 1
+    assert "Job not found: j_nope (HTTP 404)" in result.stderr
+
+
 def test_logs_of_an_unknown_job_exit_1(tf: Invoke) -> None:
     result = tf("jobs", "logs", "j_nope")
     assert result.exit_code == 1

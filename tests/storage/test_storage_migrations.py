@@ -99,7 +99,7 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
     db = await open_database(db_target.url, db_target.data_dir)
     try:
         store = Store(db, now=lambda: 10.0)
-        assert await db.read(_version) == 2
+        assert await db.read(_version) == LATEST_VERSION
         worker = await store.get_worker("w_old")
         assert worker is not None
         assert (worker.labels, worker.gpu_info, worker.last_event_id) == (
@@ -125,6 +125,9 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
         # What version 2 brought works on the upgraded database.
         assert await store.append_logs("j_old", 1, []) == 0
         assert (await store.create_job("j_new", config={})).seq == 2
+        # And what version 3 brought.
+        assert await store.append_metrics("j_old", 1, 10, {"loss": 0.5}, 11.0)
+        assert [p.step for p in await store.read_metrics("j_old")] == [10]
     finally:
         await db.close()
 
@@ -186,12 +189,11 @@ async def test_a_failing_migration_leaves_the_database_as_it_was(
 
     def broken(database: pw.Database) -> None:
         database.execute_sql("CREATE TABLE scratch (id INTEGER)")
-        raise RuntimeError("migration 3 is broken")
+        raise RuntimeError("the next migration is broken")
 
-    monkeypatch.setattr(
-        migrations, "MIGRATIONS", (*migrations.MIGRATIONS, Migration(3, "broken", broken))
-    )
-    with pytest.raises(RuntimeError, match="migration 3 is broken"):
+    broken_one = Migration(LATEST_VERSION + 1, "broken", broken)
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*migrations.MIGRATIONS, broken_one))
+    with pytest.raises(RuntimeError, match="the next migration is broken"):
         await open_database(db_target.url, db_target.data_dir)
 
     def state(raw: pw.Database) -> tuple[int, bool]:

@@ -164,11 +164,24 @@ class JobActor(JobFsmMixin, Actor):
             self.rec.progress = {**(self.rec.progress or {}), **msg.progress}
         if word in _RUNNING_WORDS:
             if msg.progress:
-                await self.ctx.persistence.save_progress(self.job_id, self.rec.progress, now)
-                self.ctx.hub.publish("job_progress", job_id=self.job_id, progress=self.rec.progress)
+                await self.ctx.persistence.save_progress(
+                    self.job_id,
+                    self.rec.progress,
+                    now,
+                    attempt=self.attempts,
+                    reported=msg.progress,
+                )
+                self.ctx.hub.publish(
+                    "job_progress",
+                    job_id=self.job_id,
+                    attempt=self.attempts,
+                    progress=self.rec.progress,
+                )
             return {"success": True}
         if word not in _TERMINAL_WORDS:
             return {"success": True}
+        if msg.progress:  # the last numbers of the run belong to its history too
+            await self.ctx.persistence.save_metrics(self.job_id, self.attempts, msg.progress, now)
         await self._finish_from_report(word, msg.error, now)
         return {"success": True, "release_hold": True}
 

@@ -20,6 +20,7 @@ from tunefleet.audit import AuditEntry
 from tunefleet.errors import Conflict
 from tunefleet.storage.rows import AuditEventRow, JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
+from tunefleet.storage.store_metrics import metric_point
 
 _LIVE = ("pending", "dispatched", "running")
 # Heartbeats seen within this many seconds share one write.
@@ -283,8 +284,33 @@ class Persistence:
             at=now,
         )
 
-    async def save_progress(self, job_id: str, progress: dict[str, Any] | None, now: float) -> None:
-        await self.store.update_job(job_id, progress=progress)
+    async def save_progress(
+        self,
+        job_id: str,
+        progress: dict[str, Any] | None,
+        now: float,
+        *,
+        attempt: int = 0,
+        reported: dict[str, Any] | None = None,
+    ) -> None:
+        """The job's latest progress, and the `reported` numbers as a point of its metric
+        history, in one write (which shares its commit with whatever else is queued)."""
+        point = metric_point(reported) if attempt > 0 else None
+
+        def save(repos: Repos) -> None:
+            repos.jobs.update(job_id, progress=progress)
+            if point is not None:
+                repos.metrics.append(job_id, attempt, point[0], point[1], now)
+
+        await self.store.atomically(save)
+
+    async def save_metrics(
+        self, job_id: str, attempt: int, reported: dict[str, Any] | None, now: float
+    ) -> None:
+        """A final report's numbers, as a point of the metric history."""
+        point = metric_point(reported)
+        if point is not None and attempt > 0:
+            await self.store.append_metrics(job_id, attempt, point[0], point[1], now)
 
     async def commit_requeue(
         self,

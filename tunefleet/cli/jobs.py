@@ -13,6 +13,7 @@ from tunefleet.cli.client import ApiClient, Connection
 from tunefleet.cli.follow import TERMINAL, follow_job, job_path, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, LiveReporter, QuietReporter, final_line
 from tunefleet.cli.job_logs import logs
+from tunefleet.cli.job_metrics import metrics
 from tunefleet.cli.local_config import LocalConfigError, resolve
 from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
 from tunefleet.cli.output import (
@@ -43,10 +44,11 @@ logs_option = click.option(
 
 @click.group("jobs")
 def jobs() -> None:
-    """Submit jobs, watch them, cancel them, read their logs."""
+    """Submit jobs, watch them, cancel them, read their logs and metrics."""
 
 
 jobs.add_command(logs)
+jobs.add_command(metrics)
 
 
 def _submit_body(

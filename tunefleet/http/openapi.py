@@ -97,6 +97,8 @@ class RouteSpec:
     include_in_schema: bool = True
     # Also answers with an event stream (a query parameter such as ?follow=true asks).
     also_streams: bool = False
+    # Other media types it answers with on request (e.g. ?format=csv), as plain text.
+    also_content: tuple[str, ...] = ()
 
     @property
     def openapi_path(self) -> str:
@@ -136,6 +138,7 @@ class RouteTable(web.RouteTableDef):
         tags: Iterable[str] = (),
         include_in_schema: bool = True,
         also_streams: bool = False,
+        also_content: Iterable[str] = (),
         **kwargs: Any,
     ) -> Callable[[Handler], Handler]:
         """Declare a route; ``auth`` is "none", "worker", "api" or "api:<permission>"."""
@@ -167,6 +170,7 @@ class RouteTable(web.RouteTableDef):
                     operation_id=operation_id,
                     include_in_schema=include_in_schema,
                     also_streams=also_streams,
+                    also_content=tuple(also_content),
                 )
             )
             register = web.RouteTableDef.route(self, method, path, **kwargs)
@@ -322,6 +326,8 @@ def _responses(spec: RouteSpec, refs: Refs) -> dict[str, Any]:
         success["content"] = {spec.content_type: {"schema": schema}}
         if spec.also_streams:
             success["content"][EVENT_STREAM] = {"schema": SSE_EVENT_SCHEMA}
+        for media_type in spec.also_content:
+            success["content"][media_type] = {"schema": {"type": "string"}}
     responses: dict[str, Any] = {str(spec.status): success}
     standard: list[tuple[int, str]] = []
     if spec.request_model is not None or spec.query_model is not None:

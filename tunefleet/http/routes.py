@@ -12,6 +12,7 @@ from tunefleet.audit import AuditKind
 from tunefleet.http import (  # noqa: F401 - importing declares their routes
     keys,
     routes_admin,
+    routes_metrics,
     routes_ops,
     routes_queue,
     routes_workers,

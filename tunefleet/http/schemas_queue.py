@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
@@ -25,6 +25,7 @@ from tunefleet.http.schemas_common import (
 )
 
 MAX_PAGE = 500
+MAX_METRIC_POINTS = 10_000
 DEFAULT_PAGE = 50
 MAX_GPUS = 1024
 MAX_TIMEOUT_MINUTES = 43_200  # 30 days
@@ -308,3 +309,31 @@ class JobLogsResponse(ResponseModel):
     job_id: str
     lines: list[LogLineView]
     next_seq: int = Field(description="Pass as from_seq to get the lines after these")
+
+
+class JobMetricsQuery(RequestModel):
+    """GET /api/queue/{job_id}/metrics?since=0&limit=10000[&attempt=N][&format=csv]"""
+
+    since: int = Field(
+        default=0,
+        ge=0,
+        le=2**53,
+        description="Points stored after this seq: pass next_since from the last answer",
+    )
+    limit: int = Field(default=MAX_METRIC_POINTS, ge=1, le=MAX_METRIC_POINTS)
+    attempt: int | None = Field(default=None, ge=1, le=10_000)
+    format: Literal["json", "csv"] = "json"
+
+
+class MetricPointView(ResponseModel):
+    seq: int
+    attempt: int
+    step: int
+    at: str
+    values: dict[str, float]
+
+
+class JobMetricsResponse(ResponseModel):
+    job_id: str
+    points: list[MetricPointView]
+    next_since: int = Field(description="Pass as since to get the points stored after these")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import peewee as pw
 from playhouse.migrate import SchemaMigrator
+from playhouse.sqlite_ext import AutoIncrementField
 
 from tunefleet.storage.errors import SchemaTooNew
 from tunefleet.storage.schema_v1 import v1_models
@@ -92,9 +93,44 @@ def _job_logs_and_indexes(database: pw.Database) -> None:
     )
 
 
+def _job_metrics(database: pw.Database) -> None:
+    class JobRef(pw.Model):
+        id = pw.CharField(max_length=64, primary_key=True)
+
+        class Meta:
+            table_name = "job"
+
+    # Ids are the readers' cursor, and a replaced step is deleted then inserted again:
+    # SQLite would hand the deleted highest id out again without AUTOINCREMENT.
+    sqlite = isinstance(database, pw.SqliteDatabase)
+    id_field = AutoIncrementField() if sqlite else pw.BigAutoField()
+
+    class JobMetric(pw.Model):
+        id = id_field
+        job = pw.ForeignKeyField(JobRef, on_delete="CASCADE", column_name="job_id", index=False)
+        attempt = pw.IntegerField()
+        step = pw.BigIntegerField()
+        at = pw.DoubleField()
+        values = pw.TextField()
+
+        class Meta:
+            table_name = "job_metric"
+
+    JobRef._meta.set_database(database)
+    JobMetric._meta.set_database(database)
+    JobMetric.create_table(safe=False)
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(
+        # One point per step of an attempt; also what thinning and the reads walk.
+        migrator.add_index("job_metric", ("job_id", "attempt", "step"), unique=True),
+        migrator.add_index("job_metric", ("job_id", "id")),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
+    Migration(3, "job metric history", _job_metrics),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -216,6 +216,20 @@ class JobLog(BaseModel):
         table_name = "job_log"
 
 
+class JobMetric(BaseModel):
+    """Added by migration 3: one progress report's numbers at one step of one attempt."""
+
+    id = pw.BigAutoField()  # the read cursor (`since`): a re-reported step gets a new id
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id", index=False)
+    attempt = pw.IntegerField()
+    step = pw.BigIntegerField()
+    at = pw.DoubleField()
+    values = JsonField(default=dict)  # {"loss": 0.41, "lr": 0.0001, ...}
+
+    class Meta:
+        table_name = "job_metric"
+
+
 class AuditEvent(BaseModel):
     id = pw.BigAutoField()
     at = pw.DoubleField()
@@ -241,5 +255,6 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     JobAttempt,
     JobEvent,
     JobLog,
+    JobMetric,
     AuditEvent,
 )

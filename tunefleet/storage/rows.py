@@ -137,6 +137,16 @@ class JobLogRow:
 
 
 @dataclass(frozen=True, slots=True)
+class JobMetricRow:
+    id: int  # the read cursor: ids grow in insertion order
+    job_id: str
+    attempt: int
+    step: int
+    at: float
+    values: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEventRow:
     id: int
     at: float

@@ -23,6 +23,7 @@ from tunefleet.storage.rows import (
     JobAttemptRow,
     JobEventRow,
     JobLogRow,
+    JobMetricRow,
     JobRow,
     WorkerRow,
     WorkerTokenRow,
@@ -30,6 +31,7 @@ from tunefleet.storage.rows import (
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
 from tunefleet.storage.store_base import MAX_PAGE, Now
 from tunefleet.storage.store_jobs import JobOrder, JobRepo, LogLineLike
+from tunefleet.storage.store_metrics import MetricRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, HeartbeatColumns, WorkerRepo
 
 T = TypeVar("T")
@@ -45,18 +47,22 @@ class Repos:
     api_tokens: ApiTokenRepo
     jobs: JobRepo
     audit: AuditRepo
+    metrics: MetricRepo
 
 
 class Store:
     def __init__(self, db: Database, *, now: Now = time.time) -> None:
         """`now` stamps created_at/updated_at and default event times (pass clock.time)."""
         self.db = db
-        self.repos = Repos(WorkerRepo(now), ApiTokenRepo(now), JobRepo(now), AuditRepo(now))
+        self.repos = Repos(
+            WorkerRepo(now), ApiTokenRepo(now), JobRepo(now), AuditRepo(now), MetricRepo()
+        )
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens
         self._jobs = self.repos.jobs
         self._audit = self.repos.audit
         db.on_rollback(self._audit.forget_chain_head)
+        db.on_rollback(self.repos.metrics.forget_counts)
         self._now = now
         # Live API tokens by hash. Every API request authenticates, and a token changes
         # only through this Store (revoke, touch), so one read per token serves them all.
@@ -323,6 +329,18 @@ class Store:
         return await self.db.read(
             partial(self._jobs.read_logs, job_id, after_id=after_id, limit=limit, attempt=attempt)
         )
+
+    async def append_metrics(
+        self, job_id: str, attempt: int, step: int, values: dict[str, float], at: float
+    ) -> bool:
+        append = partial(self.repos.metrics.append, job_id, attempt, step, values, at)
+        return await self.db.write(append)
+
+    async def read_metrics(
+        self, job_id: str, *, since: int = 0, limit: int = 10_000, attempt: int | None = None
+    ) -> list[JobMetricRow]:
+        read = partial(self.repos.metrics.read, job_id, since=since, limit=limit, attempt=attempt)
+        return await self.db.read(read)
 
     # --- audit --------------------------------------------------------------------------
 

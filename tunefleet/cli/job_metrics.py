@@ -1,0 +1,65 @@
+"""`tunefleet jobs metrics JOB_ID`: a job's stored metric history (loss, lr, ... per step)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from tunefleet.cli.client import ApiClient, Connection
+from tunefleet.cli.follow import job_path
+from tunefleet.cli.options import call, connection_options, json_option
+from tunefleet.cli.output import print_table
+from tunefleet.metric_table import in_step_order, metric_names, metrics_csv
+
+PAGE = 10_000  # the API's largest page
+MAX_PAGES = 1000  # a bound: the history itself is bounded per attempt
+
+
+async def read_all(api: ApiClient, job_id: str, attempt: int | None) -> list[dict[str, Any]]:
+    """Every stored point, page by page (``next_since`` says where the next starts)."""
+    points: list[dict[str, Any]] = []
+    since = 0
+    for _ in range(MAX_PAGES):
+        params = {"since": since, "limit": PAGE, "attempt": attempt}
+        page = await api.get(job_path(job_id, "/metrics"), params)
+        points.extend(page["points"])
+        if page["next_since"] <= since or len(page["points"]) < PAGE:
+            break
+        since = page["next_since"]
+    return points
+
+
+@click.command("metrics")
+@click.argument("job_id")
+@click.option("--attempt", type=click.IntRange(min=1), help="Only this attempt's points.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV: one column per metric.")
+@json_option
+@connection_options
+def metrics(
+    conn: Connection, job_id: str, attempt: int | None, as_csv: bool, as_json: bool
+) -> None:
+    """Print a job's metric history (GET /api/queue/ID/metrics): one line per reported
+    step and attempt, loss first. Long runs are thinned evenly by the orchestrator."""
+    points = call(conn, lambda api: read_all(api, job_id, attempt))
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "points": points}, indent=2))
+        return
+    if as_csv:
+        click.echo(metrics_csv(points), nl=False)
+        return
+    names = metric_names(points)
+    rows = (
+        [str(p["attempt"]), str(p["step"]), *(_number(p["values"].get(n)) for n in names)]
+        for p in in_step_order(points)
+    )
+    print_table(
+        ["ATTEMPT", "STEP", *names],
+        rows,
+        empty=f"No metrics stored for {job_id} yet: its trainer has reported no step.",
+    )
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
