@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -47,16 +47,14 @@ class Repos:
     api_tokens: ApiTokenRepo
     jobs: JobRepo
     audit: AuditRepo
-    metrics: MetricRepo
+    metrics: MetricRepo = field(default_factory=MetricRepo)
 
 
 class Store:
     def __init__(self, db: Database, *, now: Now = time.time) -> None:
         """`now` stamps created_at/updated_at and default event times (pass clock.time)."""
         self.db = db
-        self.repos = Repos(
-            WorkerRepo(now), ApiTokenRepo(now), JobRepo(now), AuditRepo(now), MetricRepo()
-        )
+        self.repos = Repos(WorkerRepo(now), ApiTokenRepo(now), JobRepo(now), AuditRepo(now))
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens
         self._jobs = self.repos.jobs
