@@ -3,6 +3,7 @@ and watching its progress and log live, cancelling a waiting job; and the audit 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -152,4 +153,71 @@ def test_the_timeline_shows_a_lost_worker_and_the_requeue_with_its_reason(
     expect(page.locator(".job-head .badge")).to_have_text("pending")
     orchestrator.request("POST", f"/api/queue/{job['job_id']}/cancel", {})
     expect(page.locator(".job-head .badge")).to_have_text("cancelled")
+    assert problems.unexpected() == []
+
+
+# Where each row of a facts strip ends, against where the strip ends (px): an empty cell
+# at the end of a row shows as a gap.
+_ROW_GAPS = """(selector) => {
+  const strip = document.querySelector(selector);
+  const box = strip.getBoundingClientRect();
+  const ends = new Map();
+  for (const fact of strip.querySelectorAll('.fact')) {
+    const r = fact.getBoundingClientRect();
+    const top = Math.round(r.top);
+    ends.set(top, Math.max(ends.get(top) ?? 0, r.right));
+  }
+  return { facts: strip.querySelectorAll('.fact').length,
+           gaps: [...ends.values()].map((right) => Math.round(box.right - right)) };
+}"""
+
+
+def test_the_submit_toast_links_to_the_job_whose_summary_has_no_empty_cell(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    job_name = unique("linked")
+    sign_in(page, orchestrator, route="#/queue")
+    page.get_by_role("button", name="+ Submit job").click()
+    form = page.get_by_role("form", name="Submit a job")
+    form.get_by_label("Configuration").select_option("tiny-quick")
+    form.get_by_label("Job name (optional)").fill(job_name)
+    form.get_by_text("Remote worker", exact=True).click()
+    form.get_by_role("button", name="+ Add label requirement").click()
+    form.get_by_label("label requirement 1 key").fill("team")
+    form.get_by_label("label requirement 1 glob").fill("nobody")  # it waits: no worker
+    form.get_by_role("button", name="Submit job").click()
+
+    toast = page.locator(".toast.success", has_text="submitted")
+    link = toast.get_by_role("link")
+    expect(link).to_have_text(re.compile(r"^j_\w+$"))
+    job_id = link.inner_text()
+    link.click()
+    expect(page.get_by_role("heading", name=job_name)).to_be_visible()
+    assert page.url.endswith(f"#/jobs/{job_id}")
+
+    # Eight facts, and no row of the strip ends in an empty cell, whatever the width.
+    expect(page.locator("section[aria-label='Summary'] .fact")).to_have_count(8)
+    for width in (1920, 1440, 1280, 1024, 768, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        strip = page.evaluate(_ROW_GAPS, "section[aria-label='Summary'] .facts")
+        assert strip["facts"] == 8
+        assert all(gap <= 1 for gap in strip["gaps"]), (width, strip)
+    orchestrator.request("POST", f"/api/queue/{job_id}/cancel", {})
+    assert problems.unexpected() == []
+
+
+def test_timeline_ages_advance_with_the_summary(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    job = orchestrator.submit(
+        config_name="tiny-quick", target="worker", worker_labels={"team": "nobody"}
+    )
+    sign_in(page, orchestrator, route=f"#/jobs/{job['job_id']}")
+    submitted = page.locator("section[aria-label='Summary'] .fact", has_text="Submitted")
+    timeline_age = page.locator("#job-timeline li", has_text="Submitted").locator(".when")
+    expect(timeline_age).to_contain_text("just now")
+    # "just now" lasts 5 s; then the summary counts seconds, and so must the timeline.
+    expect(submitted.locator("dd")).to_have_text(re.compile(r"^\d+ s ago$"), timeout=15_000)
+    expect(timeline_age).to_have_text(re.compile(r" · \d+ s ago$"), timeout=2_000)
+    orchestrator.request("POST", f"/api/queue/{job['job_id']}/cancel", {})
     assert problems.unexpected() == []

@@ -98,8 +98,7 @@ export function mount(main, { args }) {
 
   const fact = (label, value, extra = {}) => h('div', { class: 'fact' }, h('dt', {}, label), h('dd', extra, value));
 
-  function renderFacts() {
-    const now = Date.now();
+  function renderFacts(now = Date.now()) {
     facts.replaceChildren(
       fact('Status', job.status),
       fact('Worker', workerLabel(job.worker_id), { title: job.worker_id ?? '' }),
@@ -165,7 +164,8 @@ export function mount(main, { args }) {
       return h('li', {},
         h('span', { class: `node ${entry.kind}`, 'aria-hidden': 'true' }),
         h('div', { class: 'what' }, what),
-        h('div', { class: 'when', title: dateTime(entry.at) }, `${dateTime(entry.at)} · ${ago(entry.at)}`),
+        h('div', { class: 'when', title: dateTime(entry.at) },
+          `${dateTime(entry.at)} · `, h('span', { class: 'age', dataset: { at: entry.at } }, ago(entry.at))),
         note ? h('div', { class: `why${bad ? ' bad' : ''}` }, note) : null);
     });
     if (job.status === 'pending') {
@@ -174,6 +174,15 @@ export function mount(main, { args }) {
         job.wait_reason ? h('div', { class: 'why' }, job.wait_reason) : null));
     }
     timeline.replaceChildren(...items);
+  }
+
+  /** Every second: the summary's times and the timeline's ages, from one clock reading,
+   * so the two never disagree (the timeline is otherwise rebuilt only when it changes). */
+  function tick() {
+    if (!job) return;
+    const now = Date.now();
+    renderFacts(now);
+    for (const age of timeline.querySelectorAll('.age')) age.textContent = ago(age.dataset.at, now);
   }
 
   function renderRequirements() {
@@ -272,7 +281,7 @@ export function mount(main, { args }) {
     }),
     fleet.subscribe(() => job && (renderFacts(), renderTimeline())),
   ];
-  const ticker = setInterval(() => job && renderFacts(), 1000);
+  const ticker = setInterval(tick, 1000);
   const redraw = () => drawCharts();
   window.addEventListener('resize', redraw);
   reload();

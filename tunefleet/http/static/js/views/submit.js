@@ -5,6 +5,7 @@ import { get, post } from '../api.js';
 import { badge, fill, h } from '../dom.js';
 import { fleet, isConnected } from '../fleet.js';
 import { qualify } from '../matching.js';
+import { jobHref } from '../router.js';
 import { keyValueEditor, toast } from '../ui.js';
 import { permissionNote } from './common.js';
 
@@ -165,7 +166,9 @@ export function submitPanel({ onSubmitted }) {
       const where = result.allocated_worker_id
         ? `dispatched to ${fleet.nameOf(result.allocated_worker_id)}`
         : `queued${result.queue_position ? ` at position ${result.queue_position}` : ''}${result.reason ? `: ${result.reason}` : ''}`;
-      toast(`Job ${result.job_id} submitted, ${where}.`, 'success');
+      // A link, so the new job is one click away (the toast stays longer to allow it).
+      toast(['Job ', h('a', { href: jobHref(result.job_id) }, result.job_id), ` submitted, ${where}.`],
+        'success', 10_000);
       onSubmitted?.(result);
     } catch (err) {
       error.textContent = err.detail;
