@@ -31,6 +31,23 @@ def test_create_needs_a_known_permission(tf: Invoke) -> None:
     assert missing.exit_code == 2 and "--permission" in missing.stderr
 
 
+def test_whoami_shows_what_the_token_may_and_may_not_do(tf: Invoke) -> None:
+    created = json.loads(tf("tokens", "create", "ci", "-p", "queue.submit", "--json").stdout)
+    mine = tf("tokens", "whoami", token=created["token"])
+    assert mine.exit_code == 0, mine.output
+    lines = mine.stdout.splitlines()
+    assert lines[0] == f"API token ci (id {created['id']})."
+    held = {line.split()[0]: line.split()[1] for line in lines[2:] if line.strip()}
+    assert held["queue.submit"] == "yes"
+    assert held["queue.command"] == held["queue.local"] == held["admin.workers"] == "no"
+    data = json.loads(tf("tokens", "whoami", "--json", token=created["token"]).stdout)
+    assert data == {
+        "kind": "api", "id": created["id"], "name": "ci", "permissions": ["queue.submit"],
+    }  # fmt: skip
+    admin = json.loads(tf("tokens", "whoami", "--json").stdout)
+    assert "queue.command" in admin["permissions"] and "queue.local" in admin["permissions"]
+
+
 def test_list_table_json_and_revoke(tf: Invoke) -> None:
     created = json.loads(
         tf("tokens", "create", "short-lived", "-p", "queue.submit", "--json").stdout

@@ -56,6 +56,7 @@ class Orchestrator:
     extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    local_runner: bool = False
 
     @property
     def url(self) -> str:
@@ -81,7 +82,7 @@ class Orchestrator:
             "10",
             "--admin-token",
             ADMIN_TOKEN,
-            "--no-local-runner",
+            "--local-runner" if self.local_runner else "--no-local-runner",
             *self.extra_args,
         ]
         log = self.log_path.open("wb")

@@ -17,6 +17,8 @@ from tunefleet.http.auth import (
     AUTH_FAILURE_HOOK_KEY,
     AUTHENTICATOR_KEY,
     QUEUE_ADMIN,
+    QUEUE_COMMAND,
+    QUEUE_LOCAL,
     QUEUE_SUBMIT,
     WORKER_UNAUTHORIZED,
     ApiPrincipal,
@@ -313,7 +315,10 @@ def test_permission_names() -> None:
         "queue.admin",
         "audit.read",
     )
-    assert set(ALL_PERMISSIONS) == {ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_ADMIN, AUDIT_READ}
+    assert (QUEUE_COMMAND, QUEUE_LOCAL) == ("queue.command", "queue.local")
+    assert set(ALL_PERMISSIONS) == {
+        ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_ADMIN, AUDIT_READ, QUEUE_COMMAND, QUEUE_LOCAL,
+    }  # fmt: skip
 
 
 def test_a_token_grants_only_what_it_holds() -> None:

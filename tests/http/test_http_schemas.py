@@ -346,7 +346,8 @@ def test_unknown_fields_from_agents_are_ignored() -> None:
         (CreateApiTokenRequest, {"name": "ci", "permissions": []},
          "permissions: must have at least 1 item"),
         (CreateApiTokenRequest, {"name": "ci", "permissions": ["root"]},
-         "permissions[0]: must be 'admin.workers', 'queue.submit', 'queue.admin' or 'audit.read'"),
+         "permissions[0]: must be 'admin.workers', 'queue.submit', 'queue.admin', 'audit.read', "
+         "'queue.command' or 'queue.local'"),
         (SubmitJobRequest, {}, "config_name: required; send config_name (a named configuration) "
                                "or config (an inline object)"),
         (SubmitJobRequest, {"config_name": "a", "config": {}},

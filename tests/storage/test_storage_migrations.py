@@ -53,6 +53,10 @@ def _build_v1_with_data(raw: pw.Database) -> None:
         vram_used_gb="[]", created_at=1.0, updated_at=2.0,
     )  # fmt: skip
     insert("worker_token", worker_id="w_old", token_hash="h" * 64, created_at=1.0)
+    full = '["admin.workers","queue.submit","queue.admin","audit.read"]'
+    insert("api_token", name="admin", token_hash="a" * 64, permissions=full, created_at=1.0)
+    ci = '["queue.submit"]'
+    insert("api_token", name="ci", token_hash="c" * 64, permissions=ci, created_at=1.0)
     insert(
         "job", id="j_old", seq=1, config='{"lr":0.1}', env="{}", target="worker",
         worker_labels="{}", gpu_count=1, priority=0, max_retries=3, attempts=1,
@@ -128,6 +132,13 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
         # And what version 3 brought.
         assert await store.append_metrics("j_old", 1, 10, {"loss": 0.5}, 11.0)
         assert [p.step for p in await store.read_metrics("j_old")] == [10]
+        # Version 4: a token that held every permission keeps running commands and local
+        # jobs (now permissions of their own); a submit-only token does not gain them.
+        admin = await store.api_token_by_hash("a" * 64)
+        ci = await store.api_token_by_hash("c" * 64)
+        assert admin is not None and ci is not None
+        assert admin.permissions[-2:] == ["queue.command", "queue.local"]
+        assert ci.permissions == ["queue.submit"]
     finally:
         await db.close()
 

@@ -221,3 +221,18 @@ def test_timeline_ages_advance_with_the_summary(
     expect(timeline_age).to_have_text(re.compile(r" · \d+ s ago$"), timeout=2_000)
     orchestrator.request("POST", f"/api/queue/{job['job_id']}/cancel", {})
     assert problems.unexpected() == []
+
+
+def test_a_token_without_queue_local_is_not_offered_the_orchestrators_machine(
+    page: Any, orchestrator: Orchestrator
+) -> None:
+    body = {"name": unique("submit-only"), "permissions": ["queue.submit"]}
+    token = orchestrator.request("POST", "/api/admin/tokens", body)["token"]
+    sign_in(page, orchestrator, token=token, route="#/queue")
+    page.get_by_role("button", name="+ Submit job").click()
+    form = page.get_by_role("form", name="Submit a job")
+    expect(form.get_by_text("Remote worker", exact=True)).to_be_visible()
+    expect(form.get_by_text("Local", exact=True)).to_have_count(0)
+    expect(form.locator("label", has_text="Auto")).to_have_attribute(
+        "title", "remote workers only: this token lacks queue.local"
+    )

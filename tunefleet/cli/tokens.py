@@ -11,12 +11,28 @@ from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import print_json, print_line, print_table, relative_time
 
 # The orchestrator's permissions (docs/api.md); the server checks them too.
-PERMISSIONS = ("admin.workers", "queue.submit", "queue.admin", "audit.read")
+PERMISSIONS = (
+    "admin.workers",
+    "queue.submit",
+    "queue.admin",
+    "audit.read",
+    "queue.command",
+    "queue.local",
+)
+# What each permission lets a token do, for `tokens whoami`.
+MEANINGS = {
+    "admin.workers": "create, drain, rotate and delete workers; create and revoke API tokens",
+    "queue.submit": "submit jobs (the worker's default command or a named configuration)",
+    "queue.admin": "cancel anyone's job",
+    "audit.read": "read and verify the audit log",
+    "queue.command": "choose the program a job runs (command, loader env, tunefleet_command)",
+    "queue.local": "run jobs on the orchestrator's own machine (target local, auto's fallback)",
+}
 
 
 @click.group("tokens")
 def tokens() -> None:
-    """Create, list and revoke API tokens."""
+    """Create, list and revoke API tokens; see what yours may do."""
 
 
 @tokens.command("create")
@@ -82,3 +98,19 @@ def revoke_token(conn: Connection, token_id: str, as_json: bool) -> None:
         print_json(data)
         return
     click.echo(f"Revoked API token {token_id}; requests with it now get HTTP 401.")
+
+
+@tokens.command("whoami")
+@json_option
+@connection_options
+def whoami(conn: Connection, as_json: bool) -> None:
+    """Show the token in use and what it may and may not do (GET /api/auth/whoami)."""
+    data = call(conn, lambda api: api.get("/api/auth/whoami"))
+    if as_json:
+        print_json(data)
+        return
+    held = set(data["permissions"])
+    click.echo(f"API token {data['name']} (id {data['id']}).")
+    rows = [[p, "yes" if p in held else "no", MEANINGS.get(p, "")] for p in PERMISSIONS]
+    rows += [[p, "yes", ""] for p in sorted(held - set(PERMISSIONS))]
+    print_table(["PERMISSION", "HELD", "LETS IT"], rows, "", wrap=("LETS IT",))

@@ -25,8 +25,22 @@ ADMIN_WORKERS = "admin.workers"
 QUEUE_SUBMIT = "queue.submit"
 QUEUE_ADMIN = "queue.admin"
 AUDIT_READ = "audit.read"
-ALL_PERMISSIONS: tuple[str, ...] = (ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_ADMIN, AUDIT_READ)
-PermissionName = Literal["admin.workers", "queue.submit", "queue.admin", "audit.read"]
+# Choosing the program a job runs (its command, loader env names, an inline config's
+# tunefleet_command), and running a job on the orchestrator's own machine: each is more
+# than submitting work, so each is a permission of its own (docs/operations.md).
+QUEUE_COMMAND = "queue.command"
+QUEUE_LOCAL = "queue.local"
+ALL_PERMISSIONS: tuple[str, ...] = (
+    ADMIN_WORKERS,
+    QUEUE_SUBMIT,
+    QUEUE_ADMIN,
+    AUDIT_READ,
+    QUEUE_COMMAND,
+    QUEUE_LOCAL,
+)
+PermissionName = Literal[
+    "admin.workers", "queue.submit", "queue.admin", "audit.read", "queue.command", "queue.local"
+]
 
 WORKER_UNAUTHORIZED = "Invalid worker token"
 API_UNAUTHORIZED = "Missing or invalid API token; send Authorization: Bearer <token>"
@@ -128,11 +142,14 @@ async def report_auth_failure(request: web.Request, kind: AuthKind, reason: str)
         log.exception("auth_failure_hook_failed", kind=kind, path=request.path)
 
 
-async def require_api(request: web.Request, permission: str | None = None) -> ApiPrincipal:
+async def require_api(
+    request: web.Request, permission: str | None = None, *, needed_for: str | None = None
+) -> ApiPrincipal:
     """The API principal of this request, holding ``permission`` when one is named.
 
     401 without a valid bearer token, 403 ``Permission denied: <permission>`` without the
-    permission. The principal is kept on the request, so a second call is free.
+    permission (followed by `` (needed for <needed_for>)`` when the route says what in the
+    request asked for it). The principal is kept on the request, so a second call is free.
     """
     principal = request.get(API_PRINCIPAL_KEY)
     if principal is None:
@@ -145,8 +162,10 @@ async def require_api(request: web.Request, permission: str | None = None) -> Ap
             raise ApiError(401, API_UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
         request[API_PRINCIPAL_KEY] = principal
     if permission is not None and not principal.has(permission):
-        await report_auth_failure(request, "api", f"token {principal.token_id} lacks {permission}")
-        raise ApiError(403, f"Permission denied: {permission}")
+        why = f" (needed for {needed_for})" if needed_for else ""
+        reason = f"token {principal.token_id} lacks {permission}{why}"
+        await report_auth_failure(request, "api", reason)
+        raise ApiError(403, f"Permission denied: {permission}{why}")
     return principal
 
 

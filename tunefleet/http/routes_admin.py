@@ -9,7 +9,7 @@ from aiohttp import web
 
 from tunefleet.audit import AuditKind
 from tunefleet.http import keys
-from tunefleet.http.auth import check_grantable
+from tunefleet.http.auth import ALL_PERMISSIONS, check_grantable
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
 from tunefleet.http.route_table import actor_name, fleet_of, principal_of, routes
@@ -23,6 +23,7 @@ from tunefleet.http.schemas_admin import (
     DeleteWorkerResponse,
     RevokeApiTokenResponse,
     RotateTokenResponse,
+    WhoamiResponse,
     WorkerActionResponse,
     WorkerListQuery,
     WorkerListResponse,
@@ -255,3 +256,24 @@ async def revoke_api_token(request: web.Request) -> web.StreamResponse:
         AuditKind.API_TOKEN_REVOKED, actor=actor_name(request), target=f"api_token:{raw}"
     )
     return web.json_response({"success": True, "id": raw})
+
+
+@routes.route(
+    "GET",
+    "/api/auth/whoami",
+    summary="The calling API token: its name and what it may do",
+    response=WhoamiResponse,
+    auth="api",
+)
+async def whoami(request: web.Request) -> web.StreamResponse:
+    principal = principal_of(request)
+    # In the documented order, so clients can show them as they are listed.
+    permissions = [p for p in ALL_PERMISSIONS if principal.has(p)]
+    return web.json_response(
+        {
+            "kind": "api",
+            "id": principal.token_id,
+            "name": principal.name,
+            "permissions": permissions,
+        }
+    )

@@ -10,8 +10,9 @@ from aiohttp import web
 
 from tunefleet.actors.matching import job_gpu_count_from_config
 from tunefleet.actors.records import JobRecord
+from tunefleet.commands import chooses_program
 from tunefleet.http import keys
-from tunefleet.http.auth import QUEUE_ADMIN
+from tunefleet.http.auth import QUEUE_ADMIN, QUEUE_COMMAND, QUEUE_LOCAL, require_api
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
 from tunefleet.http.job_views import job_detail, job_summary, log_line_view
@@ -42,7 +43,10 @@ _JOB_NOT_FOUND = {404: "Job not found"}
     request=SubmitJobRequest,
     response=SubmitJobResponse,
     auth="api:queue.submit",
-    errors={400: "Unknown config_name, invalid config, or a target this orchestrator lacks"},
+    errors={
+        400: "Unknown config_name, invalid config, or a target this orchestrator lacks",
+        403: "Choosing the command needs queue.command; target local needs queue.local",
+    },
 )
 async def submit_job(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, SubmitJobRequest)
@@ -57,6 +61,17 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
     config, dataloader = await _resolve_config(request, body)
     config, lifted_command = lift_command(config)
     command = _command(body.command) if body.command is not None else lifted_command
+    # A named configuration is the operator's: its tunefleet_command is not the
+    # submitter's choice. An inline one's is, like `command` itself.
+    chosen = command if body.command is not None or body.config is not None else None
+    why = chooses_program(chosen, body.env)
+    if why is not None:
+        await require_api(request, QUEUE_COMMAND, needed_for=why)
+    target = body.target
+    if target == "local":
+        await require_api(request, QUEUE_LOCAL, needed_for="target local")
+    elif target == "auto" and not principal_of(request).has(QUEUE_LOCAL):
+        target = "worker"  # auto's local fallback is running locally: wait for a worker
     gpu_count = body.gpu_count
     if gpu_count is None:
         gpu_count = job_gpu_count_from_config(config) or 0
@@ -64,7 +79,7 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
         job_id="",
         seq=0,
         state="pending",
-        target=body.target,
+        target=target,
         config=config,
         config_name=body.config_name,
         name=body.name or body.config_name,

@@ -7,7 +7,7 @@ examples show; query filters accept ISO 8601 or unix seconds.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
@@ -176,6 +176,15 @@ class ApiTokenListResponse(ResponseModel):
 
 class RevokeApiTokenResponse(SuccessResponse):
     id: str
+
+
+class WhoamiResponse(ResponseModel):
+    """The calling token, so a client can show what it may do and hide what it may not."""
+
+    kind: Literal["api"]
+    id: str
+    name: str
+    permissions: list[str]
 
 
 # --- audit -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ a rollback to a backup is the way back, and every migration is written once and 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,10 +128,33 @@ def _job_metrics(database: pw.Database) -> None:
     )
 
 
+# Before queue.command and queue.local existed, every token that could submit could do
+# what they now guard; a token holding every permission of that time (the admin token
+# and its equals) keeps all it could do. Frozen: these are the permissions of release 2.
+_RELEASE_2_PERMISSIONS = frozenset({"admin.workers", "queue.submit", "queue.admin", "audit.read"})
+_SPLIT_OFF_PERMISSIONS = ("queue.command", "queue.local")
+
+
+def _full_tokens_keep_command_and_local(database: pw.Database) -> None:
+    table = pw.Table("api_token").bind(database)
+    token_id, permissions = table.c.id, table.c.permissions
+    for row in list(table.select(token_id, permissions).dicts()):
+        held = json.loads(row["permissions"] or "[]")
+        if set(held) >= _RELEASE_2_PERMISSIONS:
+            added = held + [p for p in _SPLIT_OFF_PERMISSIONS if p not in held]
+            text = json.dumps(added, separators=(",", ":"))
+            table.update(permissions=text).where(token_id == row["id"]).execute()
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
     Migration(3, "job metric history", _job_metrics),
+    Migration(
+        4,
+        "tokens holding every permission gain queue.command and queue.local",
+        _full_tokens_keep_command_and_local,
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

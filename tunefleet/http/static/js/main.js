@@ -52,9 +52,10 @@ form.addEventListener('submit', async (event) => {
   signinButton.disabled = true;
   signinButton.textContent = 'Checking…';
   try {
-    // Any valid token may read the queue statistics: a cheap check of the token.
-    await request('GET', '/api/queue/stats', { token, signOutOn401: false });
-    session.signIn(token);
+    // Any valid token may ask who it is: the check of the token, and what it may do,
+    // so the page hides what the token could not do anyway.
+    const me = await request('GET', '/api/auth/whoami', { token, signOutOn401: false });
+    session.signIn(token, me.permissions);
     showApp();
   } catch (error) {
     showError(error.status === 401

@@ -1,8 +1,10 @@
-// The signed-in API token, for this browser tab only (sessionStorage), and what the
-// token was found not to be allowed to do (learnt from 403s, so each is asked once).
+// The signed-in API token, for this browser tab only (sessionStorage), the permissions
+// it holds (GET /api/auth/whoami at sign-in), and what it was found not to be allowed
+// to do (learnt from 403s, so each is asked once).
 
 const TOKEN_KEY = 'tunefleet.token';
 const DENIED_KEY = 'tunefleet.denied';
+const HELD_KEY = 'tunefleet.permissions';
 
 const listeners = new Set();
 
@@ -19,15 +21,18 @@ export const session = {
     return sessionStorage.getItem(TOKEN_KEY);
   },
 
-  signIn(token) {
+  signIn(token, permissions = null) {
     sessionStorage.setItem(TOKEN_KEY, token);
     sessionStorage.removeItem(DENIED_KEY);
+    if (permissions) sessionStorage.setItem(HELD_KEY, JSON.stringify(permissions));
+    else sessionStorage.removeItem(HELD_KEY);
   },
 
   /** Forget the token; `reason` is shown on the sign-in form. */
   signOut(reason = '') {
     sessionStorage.removeItem(TOKEN_KEY);
     sessionStorage.removeItem(DENIED_KEY);
+    sessionStorage.removeItem(HELD_KEY);
     for (const listener of listeners) listener(reason);
   },
 
@@ -36,9 +41,16 @@ export const session = {
     return () => listeners.delete(listener);
   },
 
-  /** false when the server said 403 for this permission; true otherwise (not yet known). */
+  /** false when the token lacks the permission (as whoami said, or a 403 showed). */
   may(permission) {
-    return !readDenied().has(permission);
+    if (readDenied().has(permission)) return false;
+    const held = sessionStorage.getItem(HELD_KEY);
+    if (!held) return true; // not known: let the server say
+    try {
+      return JSON.parse(held).includes(permission);
+    } catch {
+      return true;
+    }
   },
 
   deny(permission) {

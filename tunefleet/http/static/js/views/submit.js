@@ -7,6 +7,7 @@ import { fleet, isConnected } from '../fleet.js';
 import { qualify } from '../matching.js';
 import { jobHref } from '../router.js';
 import { keyValueEditor, toast } from '../ui.js';
+import { session } from '../session.js';
 import { permissionNote } from './common.js';
 
 const TARGETS = [
@@ -36,8 +37,13 @@ export function submitPanel({ onSubmitted }) {
     h('option', { value: '' }, 'Loading configurations…'));
   const configHint = h('p', { class: 'hint', id: 'sj-config-hint' }, "From the orchestrator's configs directory.");
   const name = h('input', { id: 'sj-name', type: 'text', maxlength: 128, autocomplete: 'off', placeholder: 'the configuration name' });
+  // Without queue.local the orchestrator's own machine is not offered, and auto means
+  // remote workers only (the server queues it so).
+  const mayLocal = session.may('queue.local');
+  const targets = mayLocal ? TARGETS : TARGETS.filter(([value]) => value !== 'local').map(
+    ([value, label, title]) => [value, label, value === 'auto' ? 'remote workers only: this token lacks queue.local' : title]);
   const target = h('div', { class: 'segmented', role: 'radiogroup', 'aria-labelledby': 'sj-target-legend' },
-    TARGETS.map(([value, label, title], i) => h('label', { title },
+    targets.map(([value, label, title], i) => h('label', { title },
       h('input', { type: 'radio', name: 'sj-target', value, checked: i === 0, onChange: preview }),
       h('span', {}, label))));
   const gpuCount = numberField('sj-gpus', 'GPU count', { min: 0, max: 1024, placeholder: 'from the config' });

@@ -1,0 +1,107 @@
+"""End to end, who can run what: a real orchestrator (with its local runner) and a real
+agent. A ``queue.submit``-only token cannot choose the program anywhere nor run anything
+on the orchestrator's machine; a marker file proves nothing ran. With ``queue.command``
+and ``queue.local`` it can."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Agent, ApiError, Orchestrator, write_tiny_config
+from tests.e2e.test_e2e_fleet import start_agent
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
+    configs = tmp_path / "configs"
+    write_tiny_config(configs, "quick", max_train_steps=5, step_seconds=0.01)
+    orch = Orchestrator(tmp_path / "data", configs, local_runner=True).start()
+    yield orch
+    orch.stop()
+
+
+@pytest.fixture
+def agents() -> Iterator[list[Agent]]:
+    started: list[Agent] = []
+    yield started
+    for agent in started:
+        agent.stop()
+
+
+def token_with(orch: Orchestrator, *permissions: str) -> str:
+    body = {"name": "-".join(p.split(".")[1] for p in permissions), "permissions": permissions}
+    return str(orch.request("POST", "/api/admin/tokens", body)["token"])
+
+
+def refused(orch: Orchestrator, token: str, body: dict[str, Any]) -> dict[str, Any]:
+    with pytest.raises(ApiError) as caught:
+        orch.request("POST", "/api/queue/submit", body, token=token)
+    assert caught.value.status == 403, caught.value.body
+    return caught.value.body
+
+
+def test_submit_only_token_runs_no_chosen_command_and_nothing_locally(
+    orchestrator: Orchestrator, agents: list[Agent], tmp_path: Path
+) -> None:
+    orch = orchestrator
+    marker = tmp_path / "marker"
+    touch = ["sh", "-c", f"touch {marker}; id"]
+    token = token_with(orch, "queue.submit")
+
+    # auto without queue.local never falls back to the idle local runner: the admin's
+    # later job takes it and completes while this one still waits for a remote worker.
+    waiting = orch.request("POST", "/api/queue/submit", {"config_name": "quick"}, token=token)
+    admins = orch.submit(config_name="quick", target="local")
+    orch.wait_job(admins["job_id"], {"completed"})
+    job = orch.job(waiting["job_id"])
+    assert (job["status"], job["target"], job["worker_id"]) == ("pending", "worker", None)
+    orch.request("POST", f"/api/queue/{waiting['job_id']}/cancel", {}, token=token)
+
+    _, worker_id = start_agent(orch, agents, tmp_path, "gpu-1")
+    bodies = [
+        ({"config_name": "quick", "target": "worker", "command": touch}, "queue.command"),
+        ({"config_name": "quick", "target": "auto", "command": touch}, "queue.command"),
+        ({"config": {"tunefleet_command": touch}, "target": "worker"}, "queue.command"),
+        (
+            {"config_name": "quick", "target": "worker", "env": {"BASH_ENV": str(marker)}},
+            "queue.command",
+        ),
+        ({"config_name": "quick", "target": "local"}, "queue.local"),
+        ({"config_name": "quick", "target": "local", "command": touch}, "queue.command"),
+    ]
+    before = orch.request("GET", "/api/audit?kind=auth.failed&limit=500")["total"]
+    for body, permission in bodies:
+        detail = refused(orch, token, body)["detail"]
+        assert detail.startswith(f"Permission denied: {permission} (needed for "), body
+    audit = orch.request("GET", "/api/audit?kind=auth.failed&limit=500")
+    assert audit["total"] - before == len(bodies)
+    reasons = [e["detail"]["reason"] for e in audit["events"][: len(bodies)]]
+    assert all(" lacks queue." in reason for reason in reasons)
+    assert all(e["target"] == "POST /api/queue/submit" for e in audit["events"][: len(bodies)])
+
+    # The worker is idle and took nothing; what the token may do still works there.
+    ok = orch.request("POST", "/api/queue/submit", {"config_name": "quick"}, token=token)
+    assert orch.wait_job(ok["job_id"], {"completed"})["worker_id"] == worker_id
+    assert not marker.exists()
+
+
+def test_with_command_and_local_the_token_runs_its_command_locally(
+    orchestrator: Orchestrator, tmp_path: Path
+) -> None:
+    orch = orchestrator
+    marker = tmp_path / "marker"
+    token = token_with(orch, "queue.submit", "queue.command", "queue.local")
+    body = {
+        "config_name": "quick",
+        "target": "local",
+        "command": ["sh", "-c", f"touch {marker}"],
+    }
+    job = orch.request("POST", "/api/queue/submit", body, token=token)
+    assert orch.wait_job(job["job_id"], {"completed", "failed"})["status"] == "completed"
+    assert marker.exists()
