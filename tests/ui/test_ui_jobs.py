@@ -69,7 +69,9 @@ def test_researcher_submits_a_job_and_watches_its_progress_and_log_live(
     expect(page.locator("#job-log .end")).to_contain_text("job completed")
     assert lines.count() > seen_while_running, "the log tail did not grow while the job ran"
     expect(page.locator("#log-count")).to_have_text(f"{lines.count()} lines")
-    expect(page.locator('#job-charts figure[data-metric="loss"] svg')).to_be_visible()
+    # Drawn live from the progress events and the stored history, to the last step.
+    loss_chart = page.locator('#job-charts figure[data-metric="loss"] svg')
+    expect(loss_chart).to_have_attribute("aria-label", re.compile(r"^loss over steps 0 to 80:"))
     timeline = page.locator("#job-timeline")
     for step in ("Submitted", f"Dispatched to {worker}", f"Running on {worker}", "Completed"):
         expect(timeline).to_contain_text(step)

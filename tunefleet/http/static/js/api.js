@@ -55,6 +55,35 @@ export async function request(method, path, { body, token = session.token, signO
   return response.status === 204 ? null : response.json();
 }
 
+/**
+ * Save what `path` answers as a file. A plain link cannot send the bearer token, so the
+ * bytes are fetched with it and handed to the browser as a blob URL.
+ */
+export async function download(path, filename) {
+  const headers = {};
+  if (session.token) headers.Authorization = `Bearer ${session.token}`;
+  let response;
+  try {
+    response = await fetch(path, { headers, cache: 'no-store' });
+  } catch {
+    throw new ApiError(0, UNREACHABLE);
+  }
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    if (error.status === 401) session.signOut('Your token is no longer accepted (revoked or rotated?). Sign in again.');
+    throw error;
+  }
+  const url = URL.createObjectURL(await response.blob());
+  const link = document.createElement('a');
+  link.href = url;
+  link.download = filename;
+  link.hidden = true;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
 export const get = (path) => request('GET', path);
 export const post = (path, body = {}) => request('POST', path, { body });
 export const del = (path) => request('DELETE', path);

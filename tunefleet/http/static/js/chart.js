@@ -43,10 +43,11 @@ function thin(points) {
   return out;
 }
 
-export function lineChart(points, name, [W, H] = [360, HEIGHTS.small]) {
+/** `steps` ([first, last]) is the step axis; charts of one job share it. */
+export function lineChart(points, name, [W, H] = [360, HEIGHTS.small], steps = null) {
   const xs = points.map((p) => p.x);
   const ys = points.map((p) => p.y);
-  let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+  let [x0, x1] = steps ?? [Math.min(...xs), Math.max(...xs)];
   let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
   if (x0 === x1) x1 = x0 + 1;
   if (y0 === y1) {
@@ -65,7 +66,7 @@ export function lineChart(points, name, [W, H] = [360, HEIGHTS.small]) {
   const area = `${line}L${px(drawn[drawn.length - 1].x).toFixed(1)},${base}L${px(drawn[0].x).toFixed(1)},${base}Z`;
   const last = points[points.length - 1];
   const first = points[0];
-  const label = `${name} over steps: ${points.length} points, ${metric(first.y)} at step ${first.x}, `
+  const label = `${name} over steps ${x0} to ${x1}: ${points.length} points, ${metric(first.y)} at step ${first.x}, `
     + `${metric(last.y)} at step ${last.x}, lowest ${metric(Math.min(...ys))}.`;
   return svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': label, preserveAspectRatio: 'xMidYMid meet' },
     yTicks.map((t) => [
@@ -88,11 +89,12 @@ export function chartPanel(name, { primary = false } = {}) {
     h('figcaption', { class: 'chart-head' }, h('h3', {}, name), value), holder);
   return {
     el,
-    update(points) {
+    update(points, steps = null) {
       if (!points.length) return;
       value.textContent = metric(points[points.length - 1].y);
       const width = Math.max(220, Math.round(holder.clientWidth || 360));
-      holder.replaceChildren(lineChart(points, name, [width, primary ? HEIGHTS.primary : HEIGHTS.small]));
+      const size = [width, primary ? HEIGHTS.primary : HEIGHTS.small];
+      holder.replaceChildren(lineChart(points, name, size, steps));
     },
   };
 }

@@ -1,72 +1,115 @@
-// A job's metrics over steps, pieced together from what the page can see: the progress
-// reports (live `job_progress` events and the job's latest progress) and the training
-// log, whose lines often carry the same numbers ("step 12/60 loss 0.41 lr=1e-4").
+// A job's metric history as the orchestrator stores it (GET /api/queue/ID/metrics),
+// kept current by the live `job_progress` events. Every chart reads the same points on
+// one step axis from step 0, so their ranges agree.
 
-const NOT_METRICS = new Set(['step', 'total', 'percent', 'global_step', 'steps', 'max_steps']);
-const STEP = /\b(?:global_)?step\s*[=:]?\s*(\d+)(?:\s*\/\s*\d+)?/i;
-const PAIR = /(?:^|[\s,;|([{])([A-Za-z][\w./-]*)\s*(?:=|:|\s)\s*(-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(?=$|[\s,;|)\]}%])/g;
-const MAX_LINE = 2000;
-const MAX_POINTS = 20000;
+// The same rules as the orchestrator's (tunefleet/storage/store_metrics.py).
+const STEP_KEYS = ['step', 'global_step', 'current_step'];
+const NOT_METRICS = new Set([...STEP_KEYS, 'total', 'total_steps', 'max_steps', 'steps', 'percent']);
+const MAX_METRICS = 32;
+const MAX_NAME = 64;
+// Live points past this many: reload the stored (evenly thinned) history instead.
+export const MAX_LIVE_POINTS = 5000;
 
-/** {step, values} from a log line that names a step, else null. */
-export function parseLogMetrics(line) {
-  if (!line || line.length > MAX_LINE) return null;
-  const match = STEP.exec(line);
-  if (!match) return null;
-  const step = Number(match[1]);
-  const rest = `${line.slice(0, match.index)} ${line.slice(match.index + match[0].length)}`;
+const finite = (v) => typeof v === 'number' && Number.isFinite(v);
+
+/** {step, values} of a progress report, as the orchestrator would store it, or null. */
+export function pointOf(progress) {
+  if (!progress) return null;
+  const key = STEP_KEYS.find((k) => k in progress);
+  const step = key === undefined ? undefined : progress[key];
+  if (!finite(step) || step < 0) return null;
   const values = {};
-  for (const [, key, value] of rest.matchAll(PAIR)) {
-    if (NOT_METRICS.has(key.toLowerCase())) continue;
-    const number = Number(value);
-    if (Number.isFinite(number)) values[key] = number;
+  let count = 0;
+  for (const [name, value] of Object.entries(progress)) {
+    if (NOT_METRICS.has(name) || !finite(value) || name.length > MAX_NAME) continue;
+    values[name] = value;
+    if (++count === MAX_METRICS) break;
   }
-  return Object.keys(values).length ? { step, values } : null;
+  return count ? { step: Math.trunc(step), values } : null;
 }
 
 export class MetricHistory {
   constructor() {
-    this.series = new Map();
+    this.clear();
+  }
+
+  clear() {
+    this.attempts = new Map(); // attempt -> Map(step -> values)
+    this.since = 0; // the stored history's cursor: read points after it next
     this.size = 0;
+    this.cache = null;
   }
 
-  add(step, name, value) {
-    if (!Number.isFinite(step) || typeof value !== 'number' || !Number.isFinite(value)) return;
-    if (this.size >= MAX_POINTS) return;
-    let points = this.series.get(name);
-    if (!points) {
-      points = new Map();
-      this.series.set(name, points);
+  put(attempt, step, values) {
+    let steps = this.attempts.get(attempt);
+    if (!steps) {
+      steps = new Map();
+      this.attempts.set(attempt, steps);
     }
-    if (!points.has(step)) this.size += 1;
-    points.set(step, value);
+    if (!steps.has(step)) this.size += 1;
+    steps.set(step, values);
+    this.cache = null;
   }
 
-  addProgress(progress) {
-    if (!progress || typeof progress.step !== 'number') return;
-    for (const [key, value] of Object.entries(progress)) {
-      if (!NOT_METRICS.has(key)) this.add(progress.step, key, value);
+  /** Points from the API ({seq, attempt, step, values}). */
+  addPoints(points) {
+    for (const p of points) {
+      this.put(p.attempt, p.step, p.values);
+      this.since = Math.max(this.since, p.seq);
     }
   }
 
-  addLogLine(text) {
-    const parsed = parseLogMetrics(text);
-    if (!parsed) return false;
-    for (const [key, value] of Object.entries(parsed.values)) this.add(parsed.step, key, value);
+  /** A live report; true when it was a point (it names a step and a number). */
+  addProgress(progress, attempt) {
+    const point = pointOf(progress);
+    if (!point || !attempt) return false;
+    this.put(attempt, point.step, point.values);
     return true;
+  }
+
+  /** The run as it stands, step -> values: an attempt that started again (from a
+   * checkpoint, or from 0) replaces the earlier attempts' points from its first step. */
+  merged() {
+    if (this.cache) return this.cache;
+    const run = new Map();
+    let cutoff = Infinity;
+    for (const attempt of [...this.attempts.keys()].sort((a, b) => b - a)) {
+      const steps = this.attempts.get(attempt);
+      let first = Infinity;
+      for (const [step, values] of steps) {
+        first = Math.min(first, step);
+        if (step < cutoff && !run.has(step)) run.set(step, values);
+      }
+      cutoff = Math.min(cutoff, first);
+    }
+    this.cache = new Map([...run].sort((a, b) => a[0] - b[0]));
+    return this.cache;
+  }
+
+  /** The step axis every chart shares: 0 to the newest step. */
+  maxStep() {
+    let max = 0;
+    for (const step of this.merged().keys()) max = Math.max(max, step);
+    return max;
   }
 
   /** Loss first, then other losses, then the rest by name; only series with 2+ points. */
   names() {
+    const counts = new Map();
+    for (const values of this.merged().values()) {
+      for (const name of Object.keys(values)) counts.set(name, (counts.get(name) ?? 0) + 1);
+    }
     const rank = (name) => (name === 'loss' ? 0 : /loss/i.test(name) ? 1 : 2);
-    return [...this.series.keys()]
-      .filter((name) => this.series.get(name).size >= 2)
+    return [...counts.keys()]
+      .filter((name) => counts.get(name) >= 2)
       .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
   }
 
   points(name) {
-    return [...(this.series.get(name) ?? new Map())]
-      .map(([x, y]) => ({ x, y }))
-      .sort((a, b) => a.x - b.x);
+    const out = [];
+    for (const [step, values] of this.merged()) {
+      if (finite(values[name])) out.push({ x: step, y: values[name] });
+    }
+    return out;
   }
 }

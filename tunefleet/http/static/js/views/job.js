@@ -1,18 +1,19 @@
 // One job: status, facts, timeline, progress with metric charts, and the live log tail.
 
-import { enc, get, post } from '../api.js';
+import { download, enc, get, post, query } from '../api.js';
 import { badge, bar, chips, debounce, h, perFrame, setBar } from '../dom.js';
 import { chartPanel } from '../chart.js';
 import { fleet } from '../fleet.js';
 import { ago, dateTime, duration, gb, metric, percentOf } from '../format.js';
 import { live } from '../live.js';
-import { MetricHistory } from '../metrics.js';
+import { MAX_LIVE_POINTS, MetricHistory } from '../metrics.js';
 import { confirmAction, toast } from '../ui.js';
 import { logPanel } from './job_logs.js';
 import { runSeconds, waitSeconds } from './queue.js';
 
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
 const HIDDEN_PROGRESS = new Set(['step', 'total', 'percent']);
+const METRICS_PAGE = 10000; // the API's default (and largest) page
 
 function workerLabel(id) {
   return id ? fleet.nameOf(id) : '—';
@@ -60,17 +61,13 @@ export function mount(main, { args }) {
   const metricsNow = h('div', { class: 'metrics-now' });
   const chartsBox = h('div', { class: 'charts', id: 'job-charts' });
   const chartsNote = h('p', { class: 'muted' }, 'Metrics appear here as the trainer reports them.');
+  const csvButton = h('button', { class: 'btn small', type: 'button', hidden: true, title: 'Every stored point, one column per metric' }, 'Download CSV');
   const timeline = h('ol', { class: 'timeline', id: 'job-timeline', 'aria-label': 'Timeline' });
   const requirements = h('dl', { class: 'facts' });
   const configBox = h('div', { class: 'card-body' });
   const notice = h('div', { class: 'notice' });
 
-  const logs = logPanel(jobId, {
-    onLine: (line) => {
-      if (history.addLogLine(line.line)) drawCharts();
-    },
-    onEnd: () => reloadSoon(),
-  });
+  const logs = logPanel(jobId, { onEnd: () => reloadSoon() });
 
   main.append(
     h('p', {}, h('a', { href: '#/queue' }, '← Queue')),
@@ -82,7 +79,7 @@ export function mount(main, { args }) {
     h('div', { class: 'grid-main-side' },
       h('div', { class: 'stack' },
         h('section', { class: 'card', 'aria-labelledby': 'progress-title' },
-          h('div', { class: 'card-head' }, h('h2', { id: 'progress-title' }, 'Progress'), metricsNow),
+          h('div', { class: 'card-head' }, h('h2', { id: 'progress-title' }, 'Progress'), metricsNow, csvButton),
           h('div', { class: 'card-body stack' },
             h('div', { class: 'big-progress' }, h('div', { class: 'meta' }, pctText, stepText), bigBar),
             chartsNote, chartsBox)),
@@ -144,6 +141,8 @@ export function mount(main, { args }) {
   const drawCharts = perFrame(() => {
     const names = history.names();
     chartsNote.hidden = names.length > 0;
+    csvButton.hidden = history.size === 0;
+    const steps = [0, Math.max(1, history.maxStep())]; // one axis for every chart, from step 0
     names.forEach((name, i) => {
       const primary = i === 0; // loss, when reported: names() puts it first
       let entry = charts.get(name);
@@ -154,7 +153,7 @@ export function mount(main, { args }) {
         charts.set(name, entry);
       }
       chartsBox.append(entry.panel.el); // keeps the panels in names() order
-      entry.panel.update(history.points(name));
+      entry.panel.update(history.points(name), steps);
     });
   });
 
@@ -221,9 +220,8 @@ export function mount(main, { args }) {
       const data = await get(`/api/queue/${enc(jobId)}`);
       if (seq !== loadSeq) return;
       job = data;
-      history.addProgress(job.progress);
       renderAll();
-      drawCharts();
+      loadMetrics();
     } catch (error) {
       if (seq !== loadSeq) return;
       if (error.status === 404) {
@@ -235,6 +233,34 @@ export function mount(main, { args }) {
     }
   }
   const reloadSoon = debounce(reload, 250);
+
+  // The stored history, read after the cursor: all of it first, then what is new.
+  let metricsLoad = null;
+  function loadMetrics() {
+    metricsLoad ??= (async () => {
+      try {
+        for (let page = 0; page < 100; page += 1) {
+          const data = await get(`/api/queue/${enc(jobId)}/metrics${query({ since: history.since })}`);
+          history.addPoints(data.points);
+          if (data.points.length < METRICS_PAGE) break;
+        }
+        drawCharts();
+      } catch (error) {
+        if (error.status !== 404) toast(error.detail, 'error');
+      } finally {
+        metricsLoad = null;
+      }
+    })();
+    return metricsLoad;
+  }
+
+  csvButton.addEventListener('click', async () => {
+    try {
+      await download(`/api/queue/${enc(jobId)}/metrics?format=csv`, `${jobId}-metrics.csv`);
+    } catch (error) {
+      toast(error.detail, 'error');
+    }
+  });
 
   cancelButton.addEventListener('click', async () => {
     const ok = await confirmAction({
@@ -275,8 +301,13 @@ export function mount(main, { args }) {
     live.on('job_progress', (data) => {
       if (data.job_id !== jobId || !job) return;
       job.progress = data.progress;
-      history.addProgress(data.progress);
       renderProgress();
+      if (!history.addProgress(data.progress, data.attempt ?? job.attempts)) return;
+      if (history.size > MAX_LIVE_POINTS) {
+        // A long run watched for hours: the stored history is evenly thinned, read it again.
+        history.clear();
+        loadMetrics();
+      }
       drawCharts();
     }),
     fleet.subscribe(() => job && (renderFacts(), renderTimeline())),

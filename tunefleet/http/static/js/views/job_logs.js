@@ -11,7 +11,7 @@ import { eventData, readEventStream } from '../sse.js';
 
 const MAX_LINES = 5000;
 
-/** onLine(line) sees every line once (for metrics); onEnd(data) when the job ended. */
+/** onLine(line) sees every line once; onEnd(data) when the job ended. */
 export function logPanel(jobId, { onLine, onEnd }) {
   const box = h('div', {
     class: 'log', id: 'job-log', role: 'log', 'aria-live': 'off', tabindex: '0', 'aria-label': 'Job output',
