@@ -14,13 +14,21 @@ from tests.e2e.raw_stream import RawStreamWorker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
+GRACE_S = 2.0
+
 
 @pytest.fixture
 def orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
     configs = tmp_path / "configs"
     write_tiny_config(configs, "quick")
-    # A long heartbeat timeout: what is tested here must happen long before it.
-    orch = Orchestrator(tmp_path / "data", configs, heartbeat_timeout_s=120).start()
+    # A long heartbeat timeout: what is tested here must happen long before it, and
+    # before the acknowledgement timeout (10 s here) too.
+    orch = Orchestrator(
+        tmp_path / "data",
+        configs,
+        heartbeat_timeout_s=120,
+        extra_args=["--reconnect-grace", str(GRACE_S)],
+    ).start()
     yield orch
     orch.stop()
 
@@ -74,3 +82,68 @@ def test_a_closed_stream_is_noticed_within_a_second_and_its_worker_gets_no_job(
     submitted = present.wait_event("job_submit")
     assert submitted["job_id"] == job["job_id"]
     assert orchestrator.job(job["job_id"])["worker_id"] == present.worker_id
+
+
+def test_a_job_written_into_a_closing_stream_is_pending_again_within_seconds(
+    orchestrator: Orchestrator, raw_workers: list[RawStreamWorker]
+) -> None:
+    departing = connect_raw(orchestrator, raw_workers, "departing")
+    job_id = orchestrator.submit(config_name="quick", target="worker")["job_id"]
+    assert departing.wait_event("job_submit")["job_id"] == job_id
+    closed_at = time.monotonic()
+    departing.close()  # before acknowledging: nobody will run it there
+    orchestrator.wait_job(job_id, {"pending"}, timeout_s=GRACE_S + 5)
+    # Long before the acknowledgement timeout (10 s here, 60 s by default).
+    assert time.monotonic() - closed_at < 9.0
+    detail = orchestrator.job(job_id)
+    assert detail["attempt_history"][0]["outcome"] == "undelivered"
+
+    fresh = connect_raw(orchestrator, raw_workers, "fresh")
+    submitted = fresh.wait_event("job_submit")
+    assert (submitted["job_id"], submitted["attempt"]) == (job_id, 2)
+    assert fresh.report(job_id, "starting", attempt=2) == 200
+    assert fresh.report(job_id, "completed", attempt=2) == 200
+    assert orchestrator.wait_job(job_id, {"completed"})["status"] == "completed"
+
+
+def test_a_worker_back_within_the_grace_keeps_its_job(
+    orchestrator: Orchestrator, raw_workers: list[RawStreamWorker]
+) -> None:
+    worker = connect_raw(orchestrator, raw_workers, "blip")
+    job_id = orchestrator.submit(config_name="quick", target="worker")["job_id"]
+    assert worker.wait_event("job_submit")["job_id"] == job_id
+    worker.close()
+    time.sleep(GRACE_S / 4)  # a network blip, shorter than the grace
+    reply = worker.register(current_job_id=job_id)
+    assert reply["resume_job"]["job_id"] == job_id
+    worker.open_stream(worker.last_event_id)
+    time.sleep(GRACE_S * 2)
+    job = orchestrator.job(job_id)
+    assert (job["status"], job["worker_id"]) == ("dispatched", worker.worker_id)
+    assert worker.report(job_id, "starting", attempt=1) == 200
+    assert worker.report(job_id, "completed", attempt=1) == 200
+    assert orchestrator.wait_job(job_id, {"completed"})["status"] == "completed"
+
+
+def test_a_worker_back_after_the_grace_does_not_run_the_job_twice(
+    orchestrator: Orchestrator, raw_workers: list[RawStreamWorker]
+) -> None:
+    late = connect_raw(orchestrator, raw_workers, "late")
+    job_id = orchestrator.submit(config_name="quick", target="worker")["job_id"]
+    assert late.wait_event("job_submit")["job_id"] == job_id
+    late.close()
+    orchestrator.wait_job(job_id, {"pending"}, timeout_s=GRACE_S + 5)
+    other = connect_raw(orchestrator, raw_workers, "other")
+    assert other.wait_event("job_submit")["job_id"] == job_id
+
+    # The late worker had the job_submit and comes back with it: it is fenced off.
+    reply = late.register(current_job_id=job_id)
+    assert reply["abandon_job"] == job_id and reply["resume_job"] is None
+    late.open_stream(late.last_event_id)
+    assert late.report(job_id, "starting", attempt=1) == 409
+    assert late.next_event(timeout_s=1.0) is None  # and it is not sent the job again
+    assert other.report(job_id, "starting", attempt=2) == 200
+    assert other.report(job_id, "completed", attempt=2) == 200
+    job = orchestrator.wait_job(job_id, {"completed"})
+    assert [a["outcome"] for a in job["attempt_history"]] == ["undelivered", "completed"]
+    assert job["worker_id"] == other.worker_id

@@ -23,6 +23,9 @@ class FleetSettings:
     heartbeat_timeout_s: float = 120.0
     health_check_interval_s: float = 60.0
     dispatch_ack_timeout_s: float = 60.0
+    # How long a worker whose stream closed keeps a job it has not acknowledged, waiting
+    # for its agent to reconnect, before the job goes back to the queue.
+    reconnect_grace_s: float = 5.0
     cancel_grace_s: float = 60.0
     never_connected_timeout_s: float = 600.0
     ephemeral_retention_s: float = 3600.0

@@ -32,6 +32,7 @@ class JobActor(JobFsmMixin, Actor):
         self.job_id = record.job_id
         self.state = record.state
         self.attempts = record.attempts
+        self.undelivered = record.undelivered
         self.max_retries = record.max_retries
         self.worker_id: str | None = record.worker_id
         self.past_workers: set[str] = set()
@@ -61,6 +62,8 @@ class JobActor(JobFsmMixin, Actor):
                 await self.on_worker_lost(worker_id, reason)
             case m.AckTimedOut(attempt=attempt):
                 await self.on_ack_timeout(attempt)
+            case m.NotDelivered():
+                await self.on_not_delivered(message)
             case m.RunTimedOut(attempt=attempt):
                 await self.on_run_timeout(attempt)
             case m.CancelGraceExpired(attempt=attempt):
@@ -239,6 +242,19 @@ class JobActor(JobFsmMixin, Actor):
         self._release_worker(hold=False)
         await self._requeue_or_fail(reason, self.ctx.clock.time())
 
+    async def on_not_delivered(self, msg: m.NotDelivered) -> None:
+        """The worker's stream closed before it acknowledged this attempt and did not come
+        back within the reconnect grace. Back to the queue now, not at the acknowledgement
+        timeout; the attempt is not spent, since the job never started."""
+        if (
+            self.state != JobState.DISPATCHED
+            or msg.worker_id != self.worker_id
+            or (msg.attempt is not None and msg.attempt != self.attempts)
+        ):
+            return
+        self._release_worker(hold=False)
+        await self._requeue_or_fail(msg.reason, self.ctx.clock.time(), undelivered=True)
+
     async def on_run_timeout(self, attempt: int) -> None:
         if self.state != JobState.RUNNING or attempt != self.attempts:
             return
@@ -295,7 +311,7 @@ class JobActor(JobFsmMixin, Actor):
 
     # --- common endings ------------------------------------------------------------------
 
-    async def _requeue_or_fail(self, reason: str, now: float) -> None:
+    async def _requeue_or_fail(self, reason: str, now: float, *, undelivered: bool = False) -> None:
         if self.stop_reason is not None:
             # A cancel or timeout was asked for: losing the worker (or its acknowledgement)
             # ends the job as that stop would have; it never goes back to the queue.
@@ -308,6 +324,9 @@ class JobActor(JobFsmMixin, Actor):
             await self._stop_self()
             return
         worker_id = self.worker_id
+        if undelivered:
+            # Counted before the transition, so its retries_left guard sees it.
+            self.undelivered += 1
         new_state = JOB_LIFECYCLE.fire(self, "lose")
         self._cancel_timers()
         if worker_id:
@@ -320,7 +339,7 @@ class JobActor(JobFsmMixin, Actor):
                 AuditKind.JOB_REQUEUED, actor="supervisor", target=self.job_id, reason=reason
             )
             stored = await self.ctx.persistence.commit_requeue(
-                self.job_id, self.attempts, worker_id, reason, now, event
+                self.job_id, self.attempts, worker_id, reason, now, event, undelivered=undelivered
             )
             self.ctx.metrics.requeues.labels(reason=_reason_kind(reason)).inc()
             await self.ctx.audit.recorded(event, stored)
@@ -402,6 +421,7 @@ class JobActor(JobFsmMixin, Actor):
 def _reason_kind(reason: str) -> str:
     for needle, kind in (
         ("heartbeat", "heartbeat_timeout"),
+        ("did not reconnect", "not_delivered"),
         ("acknowledge", "ack_timeout"),
         ("disconnected", "disconnected"),
         ("deleted", "deleted"),

@@ -160,6 +160,23 @@ class WorkerLost:
 
 
 @dataclass(frozen=True, slots=True)
+class ReconnectGraceExpired:
+    """A worker's stream stayed closed for the reconnect grace (this generation of it)."""
+
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotDelivered:
+    """The worker's stream closed before it acknowledged this attempt, and it did not
+    reconnect within the grace: the job_submit reached nobody."""
+
+    worker_id: str
+    attempt: int | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class AckTimedOut:
     attempt: int
 

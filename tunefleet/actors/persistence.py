@@ -29,6 +29,9 @@ HEARTBEAT_FLUSH_S = 1.0
 log = structlog.get_logger(__name__)
 # Timeline kind: the orchestrator asked the agent to stop the job (cancel or timeout).
 STOP_REQUESTED = "stop_requested"
+# The outcome of an attempt whose job_submit never reached its worker (and the timeline
+# flag that says so); such an attempt spends no retry.
+UNDELIVERED = "undelivered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +120,18 @@ class Persistence:
     async def load_live_jobs(self) -> list[JobRecord]:
         jobs = [job_record(row) for row in await self.store.nonterminal_jobs()]
         for job in jobs:
-            if job.state != "pending":
-                await self._load_stop_request(job)
+            if job.attempts > 0:  # a job never dispatched has nothing in its timeline to read
+                await self._load_from_timeline(job)
         return jobs
 
-    async def _load_stop_request(self, job: JobRecord) -> None:
-        """A stop asked for before a restart still stands: the agent may confirm it later."""
+    async def _load_from_timeline(self, job: JobRecord) -> None:
+        """A stop asked for before a restart still stands (the agent may confirm it later),
+        and dispatches that never reached their worker still spend no retry."""
         for event in await self.store.list_job_events(job.job_id):
+            if event.kind == "requeued" and event.detail.get(UNDELIVERED):
+                job.undelivered += 1
+            if job.state == "pending":
+                continue
             if event.kind == STOP_REQUESTED and event.attempt == job.attempts:
                 job.stop_reason = str(event.detail.get("reason") or "cancelled")
                 job.stop_is_timeout = bool(event.detail.get("timeout"))
@@ -320,18 +328,25 @@ class Persistence:
         reason: str,
         now: float,
         event: AuditEntry,
+        *,
+        undelivered: bool = False,
     ) -> AuditEventRow:
+        outcome = UNDELIVERED if undelivered else "lost"
+        detail: dict[str, Any] = {"reason": reason}
+        if undelivered:
+            detail[UNDELIVERED] = True  # read back at start: it spent no retry
+
         def requeue(repos: Repos) -> AuditEventRow:
             repos.jobs.cas_state(
                 job_id, ("dispatched", "running"), "pending", worker_id=None, progress=None
             )
-            repos.jobs.end_attempt(job_id, attempt, outcome="lost", reason=reason, ended_at=now)
+            repos.jobs.end_attempt(job_id, attempt, outcome=outcome, reason=reason, ended_at=now)
             repos.jobs.append_event(
                 job_id,
                 "requeued",
                 worker_id=worker_id,
                 attempt=attempt,
-                detail={"reason": reason},
+                detail=detail,
                 at=now,
             )
             return repos.audit.append(**event.row())

@@ -169,6 +169,7 @@ class JobRecord:
     priority: int = 0
     max_retries: int = 3
     attempts: int = 0
+    undelivered: int = 0  # attempts that never reached their worker (loaded from the timeline)
     timeout_minutes: float | None = None
     worker_id: str | None = None
     submitted_by: str | None = None

@@ -117,6 +117,13 @@ class Outbox:
             if not (e.job_id == job_id and (type_ is None or e.type == type_))
         ]
 
+    def find(self, job_id: str, type_: str) -> dict[str, Any] | None:
+        """The data of a kept (unacknowledged) event of a job, by type; None if there is none."""
+        for event in self._events:
+            if event.job_id == job_id and event.type == type_:
+                return event.data
+        return None
+
     def acknowledge_type(self, type_: str) -> None:
         self._events = [e for e in self._events if e.type != type_]
 

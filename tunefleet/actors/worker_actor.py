@@ -15,6 +15,7 @@ from tunefleet.actors.matching import WorkerView
 from tunefleet.actors.records import WorkerRecord
 from tunefleet.actors.runtime import Actor
 from tunefleet.actors.stream import Outbox, StreamConnection
+from tunefleet.actors.stream_presence import ReconnectGrace
 from tunefleet.actors.supervisor import Deadline
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict
@@ -44,6 +45,11 @@ class WorkerActor(WorkerFsmMixin, Actor):
         # for more (SimpleTuner's asks GET /api/workers/queue; tunefleet's simply exits).
         self.retiring = False
         self.heartbeat = Deadline(ctx.clock, self._heartbeat_expired)
+        self.grace = ReconnectGrace(
+            ctx.clock,
+            ctx.settings.reconnect_grace_s,
+            lambda generation: self.try_tell(m.ReconnectGraceExpired(generation)),
+        )
 
     # --- views --------------------------------------------------------------------
 
@@ -106,6 +112,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 return self.snapshot()
             case m.CloseStream(connection_id=cid):
                 self.on_close_stream(cid)
+            case m.ReconnectGraceExpired(generation=generation):
+                self.on_grace_expired(generation)
             case m.CancelReservation(job_id=job_id):
                 await self.on_cancel_reservation(job_id)
             case m.PushJob():
@@ -146,6 +154,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
 
     async def on_stop(self) -> None:
         self.heartbeat.cancel()
+        self.grace.cancel()
         self._close_stream()
 
     # --- registration and stream -------------------------------------------------------
@@ -201,6 +210,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         self._close_stream()
         conn = StreamConnection()
         self.connection = conn
+        self.grace.cancel()  # back within the grace: it keeps its job
         for event in self.outbox.replay(msg.last_event_id, self.force_replay_job):
             conn.send(event)
         self.force_replay_job = None
@@ -213,7 +223,30 @@ class WorkerActor(WorkerFsmMixin, Actor):
     def on_close_stream(self, connection_id: int) -> None:
         if self.connection is not None and self.connection.connection_id == connection_id:
             self.connection = None
+            if self._undelivered_submit() is not None:
+                self.grace.start()
             self._announce()
+
+    def _undelivered_submit(self) -> dict[str, Any] | None:
+        """The job_submit of this worker's job, while the agent has not acknowledged it."""
+        if self.current_job_id is None:
+            return None
+        return self.outbox.find(self.current_job_id, "job_submit")
+
+    def on_grace_expired(self, generation: int) -> None:
+        if not self.grace.expired(generation) or self.connection is not None:
+            return
+        submit = self._undelivered_submit()
+        if submit is None or (job := self.ctx.jobs.get(str(self.current_job_id))) is None:
+            return
+        grace = self.ctx.settings.reconnect_grace_s
+        reason = (
+            f"worker {self.worker_id}'s stream closed before it acknowledged the job, "
+            f"and it did not reconnect within {grace:g} s"
+        )
+        # The job releases this worker (JobReleased), which forgets the job_submit: an
+        # agent that reconnects later is not sent it again.
+        job.tell(m.NotDelivered(self.worker_id, submit.get("attempt"), reason))
 
     def _close_stream(self) -> None:
         if self.connection is not None:
@@ -299,6 +332,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if self.current_job_id != msg.job_id:
             return
         self.push("job_submit", msg.payload, msg.job_id)
+        if self.connection is None:
+            # The stream closed between the reservation and this push: nobody read it.
+            self.grace.start()
         await self._persist(last_event_id=self.outbox.last_event_id)
         self.saved_event_id = self.outbox.last_event_id
 

@@ -80,6 +80,14 @@ DEFAULT_DATA_DIR = Path.home() / ".tunefleet"
     help="Seconds a worker has to acknowledge a dispatched job.",
 )
 @click.option(
+    "--reconnect-grace",
+    type=click.FloatRange(min=0.0),
+    default=5.0,
+    show_default=True,
+    help="Seconds a worker whose stream closed keeps a job it has not acknowledged "
+    "before the job goes back to the queue.",
+)
+@click.option(
     "--max-retries",
     type=click.IntRange(0, 20),
     default=3,

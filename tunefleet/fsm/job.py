@@ -1,8 +1,11 @@
 """The job lifecycle: states, the transition table, the retry policy and its guards.
 
 ``attempts`` counts dispatches: ``dispatch`` increments it. A lost attempt (worker gone,
-or never acknowledged) puts the job back to pending while ``attempts <= max_retries``,
-so a job runs at most ``max_retries + 1`` times; after that it fails.
+or never acknowledged) puts the job back to pending while retries remain, so a job runs
+at most ``max_retries + 1`` times; after that it fails. A dispatch that never reached
+the worker (its stream closed before the acknowledgement, and it did not reconnect
+within the grace) is ``undelivered``: it keeps its attempt number, so reports on it are
+still told apart, but it does not count against ``max_retries``.
 """
 
 from __future__ import annotations
@@ -66,12 +69,13 @@ class JobFsmMixin:
     state: str
     attempts: int
     max_retries: int
+    undelivered: int = 0  # dispatches that never reached the worker (not retries)
 
     # --- guards -----------------------------------------------------------------------
 
     def retries_left(self) -> bool:
         """Whether another attempt is allowed (attempts counts the dispatches so far)."""
-        return self.attempts <= self.max_retries
+        return self.attempts - self.undelivered <= self.max_retries
 
     # --- effects: only the model's own counter, no I/O ---------------------------------
 

@@ -53,6 +53,7 @@ class ServerOptions:
     heartbeat_timeout: float = 120.0
     health_check_interval: float = 60.0
     dispatch_ack_timeout: float = 60.0
+    reconnect_grace: float = 5.0
     max_retries: int = 3
     admin_token: str | None = None
     local_runner: bool = True
@@ -69,6 +70,7 @@ class ServerOptions:
             heartbeat_timeout_s=self.heartbeat_timeout,
             health_check_interval_s=self.health_check_interval,
             dispatch_ack_timeout_s=self.dispatch_ack_timeout,
+            reconnect_grace_s=self.reconnect_grace,
             default_max_retries=self.max_retries,
             local_runner=self.local_runner,
         )
