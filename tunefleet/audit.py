@@ -47,6 +47,9 @@ class AuditKind(StrEnum):
     AUTH_FAILED = "auth.failed"
     API_TOKEN_CREATED = "api_token.created"
     API_TOKEN_REVOKED = "api_token.revoked"
+    ARTIFACT_UPLOADED = "artifact.uploaded"
+    ARTIFACT_DOWNLOADED = "artifact.downloaded"
+    ARTIFACTS_DELETED = "artifacts.deleted"
 
 
 _KINDS = frozenset(kind.value for kind in AuditKind)

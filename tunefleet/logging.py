@@ -18,9 +18,9 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 LogFormat = Literal["console", "json"]
 
-# wt_ worker tokens and tf_ API tokens: prefix + URL-safe base64. The look-behind keeps
-# words such as "newt_..." from matching; six characters keep "tf_x" readable.
-TOKEN_PATTERN = re.compile(r"(?<![A-Za-z0-9])(wt|tf)_([A-Za-z0-9_\-]{6,})")
+# wt_ worker tokens, tf_ API tokens and ut_ upload tokens: prefix + URL-safe base64. The
+# look-behind keeps words such as "newt_..." from matching; six characters keep "tf_x" readable.
+TOKEN_PATTERN = re.compile(r"(?<![A-Za-z0-9])(wt|tf|ut)_([A-Za-z0-9_\-]{6,})")
 # Keys whose value is a secret whatever it looks like: token, worker_token,
 # X-Worker-Token, password, client_secret, authorization. Not token_hash.
 _SECRET_KEY = re.compile(r"(?:^|[_\-])(token|password|passwd|secret|authorization)$", re.I)

@@ -103,3 +103,43 @@ async def test_a_local_job_is_cancelled_through_its_process(local: LocalFleet) -
     await local.wait_until_ended(job_id)
     job = await h.job(job_id)
     assert (job.state, job.error) == ("cancelled", "cancelled by alice")
+
+
+class _RecordingExecutor:
+    def __init__(self) -> None:
+        self.specs: list[Any] = []
+
+    async def run(self, spec: Any, on_event: Any) -> Any:
+        from tunefleet.agent.job_events import JobOutcome
+
+        self.specs.append(spec)
+        return JobOutcome("completed", 0, None, [])
+
+
+class _QuietFleet:
+    async def report_status(self, *args: Any) -> None:
+        return None
+
+    def report_written(self, *args: Any) -> None:
+        return None
+
+
+async def test_the_local_trainer_gets_the_upload_credentials() -> None:
+    executor = _RecordingExecutor()
+    runner = LocalRunner(_QuietFleet(), executor, GpuInventory())  # type: ignore[arg-type]
+    submit = {
+        "job_id": "j_1",
+        "attempt": 2,
+        "config": {},
+        "env": {"A": "1"},
+        "upload_endpoint": "http://127.0.0.1:8001/api/artifacts",
+        "upload_token": "ut_" + "x" * 43,
+    }
+    await runner._run(submit)
+    env = executor.specs[0].env
+    assert env["A"] == "1"
+    for name in ("TUNEFLEET", "SIMPLETUNER"):
+        assert env[f"{name}_UPLOAD_ENDPOINT"] == "http://127.0.0.1:8001/api/artifacts"
+        assert env[f"{name}_UPLOAD_TOKEN"] == submit["upload_token"]
+    await runner._run({**submit, "upload_endpoint": "", "upload_token": ""})
+    assert "TUNEFLEET_UPLOAD_TOKEN" not in executor.specs[1].env

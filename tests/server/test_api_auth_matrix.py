@@ -19,6 +19,8 @@ from tunefleet.http.route_table import routes
 SPECS = routes.specs
 WRONG_WORKER_TOKEN = "wt_" + "x" * 43
 WRONG_API_TOKEN = "tf_" + "y" * 43
+UPLOAD_UNKNOWN = "Invalid upload token"
+UPLOAD_MISSING = "Missing X-Upload-Token: send the upload_token of the job_submit"
 # Routes where the request names a worker (query or body), and where it names a job.
 NAMES_WORKER = {"/api/workers/stream", "/api/workers/queue", "/api/workers/heartbeat"}
 NAMES_WORKER |= {"/api/workers/disconnect"}
@@ -38,6 +40,8 @@ class Fixture:
             spec.path.replace("{worker_id}", self.owner.worker_id or "")
             .replace("{job_id}", self.job_id)
             .replace("{token_id}", self.token_id)
+            .replace("{bucket}", "outputs")
+            .replace("{key:.+}", "model.bin")
         )
         if spec.path in ("/api/workers/stream", "/api/workers/queue"):
             path += f"?worker_id={worker_id or self.owner.worker_id}"
@@ -106,7 +110,21 @@ async def test_credentials_matrix(fx: Fixture, spec: RouteSpec) -> None:
         assert status == 200
         return
 
-    if kind == "worker":
+    if kind == "upload":
+        refusals = {
+            "no token": {},
+            "wrong token": {"X-Upload-Token": "ut_" + "z" * 43},
+            "worker token as upload token": {"X-Upload-Token": fx.owner.token},
+            "API token as upload token": {"X-Upload-Token": fx.server.admin_token},
+            "API token as bearer": server.admin,
+            "worker token header": worker_token,
+        }
+        for case, headers in refusals.items():
+            status, body, _ = await fx.call(spec, headers)
+            assert status == 401, case
+            assert body is not None
+            assert body["detail"] in (UPLOAD_UNKNOWN, UPLOAD_MISSING), case
+    elif kind == "worker":
         refusals = {
             "no token": {},
             "wrong token": {"X-Worker-Token": WRONG_WORKER_TOKEN},

@@ -211,8 +211,8 @@ async def test_stream_frames_each_event_with_event_id_and_one_data_line(server: 
     assert data["config"]["model_type"] == "lora"
     assert data["dataloader"] == [{"id": "pics", "type": "local"}]
     # SimpleTuner's agent reads these unconditionally; a null token breaks it.
-    assert data["upload_endpoint"] == ""
-    assert data["upload_token"] == ""
+    assert data["upload_endpoint"] == "http://127.0.0.1:8001/api/artifacts"
+    assert isinstance(data["upload_token"], str) and data["upload_token"].startswith("ut_")
     assert {"provider", "hf_token", "attempt", "command", "env", "requirements"} <= set(data)
     assert data["attempt"] == 1
     assert b"\n\n" in bytes(stream.raw).replace(b"\r\n", b"\n")

@@ -91,6 +91,9 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "auth.failed",
         "api_token.created",
         "api_token.revoked",
+        "artifact.uploaded",
+        "artifact.downloaded",
+        "artifacts.deleted",
     }
 
 

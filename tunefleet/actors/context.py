@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tunefleet.actors.scheduler import Scheduler
     from tunefleet.actors.supervisor import Supervisor
     from tunefleet.actors.worker_actor import WorkerActor
+    from tunefleet.artifacts.service import Artifacts
     from tunefleet.audit import AuditLog
     from tunefleet.http.metrics import Metrics
 
@@ -35,6 +36,9 @@ class FleetSettings:
     # to that report is never confirmed written (see ReportWritten).
     report_hold_s: float = 2.0
     local_runner: bool = True
+    # `{advertise_url}/api/artifacts`: where workers store outputs (job_submit's
+    # upload_endpoint). Empty only in fleets built without an artifact store (unit tests).
+    upload_endpoint: str = ""
 
 
 @dataclass(slots=True)
@@ -50,3 +54,4 @@ class FleetContext:
     supervisor: Supervisor = field(init=False)
     workers: dict[str, WorkerActor] = field(default_factory=dict)
     jobs: dict[str, JobActor] = field(default_factory=dict)
+    artifacts: Artifacts | None = None

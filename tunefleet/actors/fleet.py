@@ -112,6 +112,7 @@ class Fleet:
             actor.repeat_stop_request()
         elif rec.state == JobState.DISPATCHED:
             # The push may not have reached the agent before the restart: send it again.
+            await actor.renew_upload_credentials()
             worker.tell(m.PushJob(rec.job_id, actor.submit_payload()))
             actor.arm_ack_timer()
         elif rec.state == JobState.RUNNING:

@@ -16,6 +16,7 @@ from tunefleet.actors.runtime import Actor
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict, Forbidden
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
+from tunefleet.http.tokens import hash_token, new_upload_token
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +41,10 @@ class JobActor(JobFsmMixin, Actor):
         self.stop_reason: str | None = record.stop_reason
         self.stop_is_timeout = record.stop_is_timeout
         self.timers: list[Any] = []
+        # The current attempt's upload credential (only its hash is stored) and the
+        # checkpoint it was told to resume from.
+        self.upload_token = ""
+        self.resume_checkpoint: str | None = None
 
     @property
     def config_name(self) -> str | None:
@@ -88,6 +93,19 @@ class JobActor(JobFsmMixin, Actor):
         if worker is None or not await worker.ask(m.ReserveForJob(self.job_id)):
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             return
+        artifacts = self.ctx.artifacts
+        token = new_upload_token() if artifacts is not None else ""
+        try:
+            # Only a retry can have checkpoints: the first attempt is the first writer.
+            self.resume_checkpoint = (
+                await artifacts.resume_checkpoint(self.job_id)
+                if artifacts is not None and self.attempts > 0
+                else None
+            )
+        except Exception:
+            worker.tell(m.CancelReservation(self.job_id))
+            self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
+            raise
         now = self.ctx.clock.time()
         JOB_LIFECYCLE.fire(self, "dispatch")
         self.worker_id = worker_id
@@ -102,7 +120,12 @@ class JobActor(JobFsmMixin, Actor):
                 attempt=self.attempts,
             )
             stored = await self.ctx.persistence.commit_dispatch(
-                self._sync(), worker_id, self.attempts, now, event
+                self._sync(),
+                worker_id,
+                self.attempts,
+                now,
+                event,
+                upload_token_hash=hash_token(token) if token else None,
             )
         except Exception:
             # Nothing was recorded: undo in memory and let the scheduler try again.
@@ -110,6 +133,7 @@ class JobActor(JobFsmMixin, Actor):
             worker.tell(m.CancelReservation(self.job_id))
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             raise
+        self.upload_token = token
         self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
         worker.tell(m.PushJob(self.job_id, self.submit_payload()))
         self.arm_ack_timer()
@@ -124,8 +148,9 @@ class JobActor(JobFsmMixin, Actor):
             "dataloader": rec.dataloader,
             "provider": None,
             # SimpleTuner's agent reads these unconditionally; the token must be a string.
-            "upload_endpoint": "",
-            "upload_token": "",
+            "upload_endpoint": self.ctx.settings.upload_endpoint if self.upload_token else "",
+            "upload_token": self.upload_token,
+            "resume_checkpoint": self.resume_checkpoint,
             "hf_token": None,
             "config_name": rec.config_name,
             "attempt": self.attempts,
@@ -139,6 +164,18 @@ class JobActor(JobFsmMixin, Actor):
                 "worker_labels": rec.worker_labels,
             },
         }
+
+    async def renew_upload_credentials(self) -> None:
+        """A new upload token for the current attempt (after a restart, when the job_submit
+        is pushed again: only hashes were kept), and its resume checkpoint again."""
+        artifacts = self.ctx.artifacts
+        if artifacts is None:
+            return
+        token = new_upload_token()
+        await artifacts.records.add_token(self.job_id, self.attempts, hash_token(token))
+        self.upload_token = token
+        if self.attempts > 1:
+            self.resume_checkpoint = await artifacts.resume_checkpoint(self.job_id)
 
     def _queued_at(self) -> float:
         return self.rec.finished_at or self.rec.submitted_at
@@ -186,6 +223,8 @@ class JobActor(JobFsmMixin, Actor):
         if msg.progress:  # the last numbers of the run belong to its history too
             await self.ctx.persistence.save_metrics(self.job_id, self.attempts, msg.progress, now)
         await self._finish_from_report(word, msg.error, now)
+        if word == "completed" and self.ctx.artifacts is not None:
+            await self.ctx.artifacts.record_outcome(self.job_id, self.attempts, msg.outputs)
         return {"success": True, "release_hold": True}
 
     async def _acknowledge(self, now: float) -> None:
@@ -196,6 +235,18 @@ class JobActor(JobFsmMixin, Actor):
         if self.worker_id and (worker := self.ctx.workers.get(self.worker_id)) is not None:
             worker.tell(m.JobAcknowledged(self.job_id))
         self.arm_run_timer(elapsed_s=0.0)
+        if self.resume_checkpoint is not None:
+            await self.ctx.persistence.store.append_job_event(
+                self.job_id,
+                "resumed",
+                worker_id=self.worker_id,
+                attempt=self.attempts,
+                detail={
+                    "message": f"resumed from {self.resume_checkpoint}",
+                    "checkpoint": self.resume_checkpoint,
+                },
+                at=now,
+            )
         if self.stop_reason is not None and self.worker_id:
             # Cancelled while dispatched: the agent has it now, so tell it again.
             self._tell_worker(m.PushCancel(self.job_id, self.stop_reason))

@@ -151,6 +151,9 @@ class StatusReported:
     progress: dict[str, Any] | None
     error: str | None
     attempt: int | None = None
+    # A `completed` report's word on the outputs: {"stored": true, "keys", "bytes"} or
+    # {"stored": false, "reason"} (tunefleet's agent; SimpleTuner's sends none).
+    outputs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

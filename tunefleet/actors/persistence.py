@@ -242,7 +242,13 @@ class Persistence:
         await self.store.update_job(job_id, wait_reason=reason)
 
     async def commit_dispatch(
-        self, rec: JobRecord, worker_id: str, attempt: int, now: float, event: AuditEntry
+        self,
+        rec: JobRecord,
+        worker_id: str,
+        attempt: int,
+        now: float,
+        event: AuditEntry,
+        upload_token_hash: str | None = None,
     ) -> AuditEventRow:
         def dispatch(repos: Repos) -> AuditEventRow:
             moved = repos.jobs.cas_state(
@@ -257,6 +263,9 @@ class Persistence:
             if not moved:
                 raise Conflict(f"job {rec.job_id} is no longer pending")
             repos.jobs.start_attempt(rec.job_id, attempt, worker_id=worker_id, dispatched_at=now)
+            if upload_token_hash is not None:
+                # The attempt's upload credential exists exactly when the dispatch does.
+                repos.artifacts.add_token(rec.job_id, attempt, upload_token_hash)
             repos.jobs.append_event(
                 rec.job_id, "dispatched", worker_id=worker_id, attempt=attempt, at=now
             )

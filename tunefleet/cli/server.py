@@ -113,6 +113,34 @@ DEFAULT_DATA_DIR = Path.home() / ".tunefleet"
     "(default: python -m simpletuner.train).",
 )
 @click.option(
+    "--advertise-url",
+    envvar="TUNEFLEET_ADVERTISE_URL",
+    default=None,
+    help="The URL workers reach this orchestrator at (job_submit's upload_endpoint is "
+    "built from it); default: the address it listens on.",
+)
+@click.option(
+    "--artifact-store",
+    envvar="TUNEFLEET_ARTIFACT_STORE",
+    default=None,
+    help="Where job outputs and checkpoints are kept: s3://bucket/prefix for a bucket "
+    "(AWS_* variables for credentials); default: <data-dir>/artifacts.",
+)
+@click.option(
+    "--s3-endpoint-url",
+    envvar="TUNEFLEET_S3_ENDPOINT_URL",
+    default=None,
+    help="Endpoint of an S3-compatible service (MinIO, R2, ...) for --artifact-store s3://.",
+)
+@click.option(
+    "--keep-checkpoints",
+    type=click.IntRange(1, 1000),
+    default=3,
+    show_default=True,
+    envvar="TUNEFLEET_KEEP_CHECKPOINTS",
+    help="Complete checkpoints kept per job; older ones are deleted.",
+)
+@click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
 )
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")

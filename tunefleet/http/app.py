@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from tunefleet.actors.persistence import Persistence
 from tunefleet.actors.runtime import ActorSystem
 from tunefleet.agent.executor import JobExecutor
 from tunefleet.agent.gpu import GpuProbe
+from tunefleet.artifacts.backends import open_store
+from tunefleet.artifacts.service import Artifacts
 from tunefleet.audit import AuditLog
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys
@@ -58,6 +61,10 @@ class ServerOptions:
     admin_token: str | None = None
     local_runner: bool = True
     local_train_command: str | None = None
+    advertise_url: str | None = None
+    artifact_store: str | None = None
+    s3_endpoint_url: str | None = None
+    keep_checkpoints: int = 3
     log_format: str = "console"
     verbose: bool = False
 
@@ -73,7 +80,21 @@ class ServerOptions:
             reconnect_grace_s=self.reconnect_grace,
             default_max_retries=self.max_retries,
             local_runner=self.local_runner,
+            upload_endpoint=f"{self.public_url}/api/artifacts",
         )
+
+    @property
+    def public_url(self) -> str:
+        """Where workers reach this orchestrator: --advertise-url, else the listening
+        address (this machine's name when it listens on every interface)."""
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.getfqdn()
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{self.port}"
 
     @property
     def scheme(self) -> str:
@@ -123,6 +144,14 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
         hub=hub,
         metrics=metrics,
     )
+    artifacts = Artifacts(
+        open_store(options.artifact_store, options.data_dir, options.s3_endpoint_url),
+        store,
+        audit,
+        options.keep_checkpoints,
+    )
+    ctx.artifacts = artifacts
+    app[keys.ARTIFACTS] = artifacts
     fleet = Fleet(ctx)
     probe = GpuProbe()
     inventory = probe.inventory()

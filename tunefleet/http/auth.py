@@ -46,7 +46,7 @@ WORKER_UNAUTHORIZED = "Invalid worker token"
 API_UNAUTHORIZED = "Missing or invalid API token; send Authorization: Bearer <token>"
 WORKER_TOKEN_HEADER = "X-Worker-Token"
 
-AuthKind = Literal["worker", "api"]
+AuthKind = Literal["worker", "api", "upload"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +202,9 @@ def check_grantable(principal: ApiPrincipal, permissions: Iterable[str]) -> None
 
 @dataclass(frozen=True, slots=True)
 class AuthRequirement:
-    kind: Literal["none", "worker", "api"]
+    # "upload": an X-Upload-Token, which the artifact routes check themselves (it opens
+    # one job's prefix, and only the artifact service knows which).
+    kind: Literal["none", "worker", "api", "upload"]
     permission: str | None = None
 
 
@@ -214,11 +216,14 @@ def parse_auth(spec: str) -> AuthRequirement:
         return AuthRequirement("worker")
     if spec == "api":
         return AuthRequirement("api")
+    if spec == "upload":
+        return AuthRequirement("upload")
     kind, _, permission = spec.partition(":")
     if kind == "api" and permission in ALL_PERMISSIONS:
         return AuthRequirement("api", permission)
     raise ValueError(
-        f"auth must be 'none', 'worker', 'api' or 'api:<permission>' with a permission of "
+        f"auth must be 'none', 'worker', 'upload', 'api' or 'api:<permission>' with a "
+        "permission of "
         f"{', '.join(ALL_PERMISSIONS)}; got {spec!r}"
     )
 

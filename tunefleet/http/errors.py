@@ -143,7 +143,7 @@ async def request_id_on_prepare(request: web.Request, response: web.StreamRespon
 
 def _domain_error_response(request: web.Request, error: TunefleetError, rid: str) -> web.Response:
     status = getattr(error, "status", 500)
-    if not isinstance(status, int) or not (400 <= status < 500 or status in (502, 503, 504)):
+    if not isinstance(status, int) or not (400 <= status < 500 or status in (502, 503, 504, 507)):
         # A deliberate error without a client-facing status is still a bug to the client.
         log.exception(
             "request_failed",

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from tunefleet.actors.clock import Clock
     from tunefleet.actors.events import EventHub
     from tunefleet.actors.fleet import Fleet
+    from tunefleet.artifacts.service import Artifacts
     from tunefleet.audit import AuditLog
     from tunefleet.http.app import ServerOptions
     from tunefleet.http.metrics import Metrics
@@ -26,4 +27,5 @@ HUB: web.AppKey[EventHub] = web.AppKey("hub")
 AUDIT: web.AppKey[AuditLog] = web.AppKey("audit")
 CATALOG: web.AppKey[ConfigCatalog] = web.AppKey("catalog")
 BANNER: web.AppKey[str] = web.AppKey("banner")
+ARTIFACTS: web.AppKey[Artifacts] = web.AppKey("artifacts")
 OPEN_STREAMS: web.AppKey[StreamWatch] = web.AppKey("open_streams")

@@ -12,6 +12,8 @@ from tunefleet.audit import AuditKind
 from tunefleet.http import (  # noqa: F401 - importing declares their routes
     keys,
     routes_admin,
+    routes_artifacts,
+    routes_job_artifacts,
     routes_metrics,
     routes_ops,
     routes_queue,

@@ -174,7 +174,14 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
         result = await fleet.report_status(
             worker_id,
             job_id,
-            m.StatusReported(worker_id, status, body.progress, body.error, body.attempt),
+            m.StatusReported(
+                worker_id,
+                status,
+                body.progress,
+                body.error,
+                body.attempt,
+                body.outputs.model_dump() if body.outputs is not None else None,
+            ),
         )
     except Forbidden:
         await audit_foreign_job(request, job_id)

@@ -123,6 +123,21 @@ class HeartbeatRequest(RequestModel):
     vram_used_gb: Samples | None = None
 
 
+class OutputsReport(RequestModel):
+    """What a `completed` report says of the job's outputs (tunefleet's agent sends it:
+    `completed` means stored; SimpleTuner's sends none)."""
+
+    stored: bool
+    keys: int | None = Field(default=None, ge=0, le=2**53)
+    bytes: int | None = Field(default=None, ge=0, le=2**63)
+    reason: (
+        Annotated[
+            str, BeforeValidator(truncating(MAX_ERROR_CHARS)), Field(max_length=MAX_ERROR_CHARS)
+        ]
+        | None
+    ) = None
+
+
 class JobStatusRequest(RequestModel):
     """POST /api/workers/job/{job_id}/status. ``training`` is SimpleTuner's word for
     running. A long ``error`` is shortened, not refused: the report matters more."""
@@ -138,6 +153,7 @@ class JobStatusRequest(RequestModel):
     # tunefleet's agent says which dispatch it reports on, so a stale report is told apart.
     attempt: int | None = Field(default=None, ge=1, le=10_000)
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
+    outputs: OutputsReport | None = None
 
 
 class LogLine(RequestModel):
@@ -185,7 +201,8 @@ class JobRequirements(ResponseModel):
 
 class JobSubmitEvent(ResponseModel):
     """``upload_endpoint`` must be present and ``upload_token`` a string (never null):
-    SimpleTuner's agent reads both unconditionally."""
+    SimpleTuner's agent reads both unconditionally. ``resume_checkpoint`` names the newest
+    complete stored checkpoint a retry should resume from (null: start from step 0)."""
 
     type: Literal["job_submit"] = "job_submit"
     job_id: str
@@ -194,6 +211,7 @@ class JobSubmitEvent(ResponseModel):
     provider: str | None = None
     upload_endpoint: str = ""
     upload_token: str = ""
+    resume_checkpoint: str | None = None
     hf_token: str | None = None
     attempt: int | None = None
     command: list[str] | None = None

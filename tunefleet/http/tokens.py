@@ -14,6 +14,7 @@ from typing import Literal
 
 WORKER_TOKEN_PREFIX = "wt_"
 API_TOKEN_PREFIX = "tf_"
+UPLOAD_TOKEN_PREFIX = "ut_"
 # 32 random bytes, as DESIGN.md asks; token_urlsafe(32) is 43 characters long.
 TOKEN_RANDOM_BYTES = 32
 _ENCODED_LENGTH = 43
@@ -30,6 +31,11 @@ def new_worker_token() -> str:
 def new_api_token() -> str:
     """A fresh API token for people and scripts: ``tf_`` and 32 URL-safe random bytes."""
     return API_TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_RANDOM_BYTES)
+
+
+def new_upload_token() -> str:
+    """A fresh upload token for one attempt of one job: ``ut_`` and 32 URL-safe random bytes."""
+    return UPLOAD_TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_RANDOM_BYTES)
 
 
 def hash_token(token: str) -> str:
@@ -86,7 +92,14 @@ def redact(token: str | None) -> str:
     e.g. ``wt_…abcd``. Short or unknown strings keep even less."""
     if not token:
         return "<none>"
-    prefix = next((p for p in (WORKER_TOKEN_PREFIX, API_TOKEN_PREFIX) if token.startswith(p)), "")
+    prefix = next(
+        (
+            p
+            for p in (WORKER_TOKEN_PREFIX, API_TOKEN_PREFIX, UPLOAD_TOKEN_PREFIX)
+            if token.startswith(p)
+        ),
+        "",
+    )
     rest = token[len(prefix) :]
     # Showing four characters of a short secret would show most of it.
     tail = rest[-4:] if len(rest) >= 16 else ""

@@ -146,6 +146,77 @@ def _full_tokens_keep_command_and_local(database: pw.Database) -> None:
             table.update(permissions=text).where(token_id == row["id"]).execute()
 
 
+def _artifacts(database: pw.Database) -> None:
+    """Upload tokens, stored artifacts, complete checkpoints, unfinished multipart uploads
+    (issue 12). Frozen copies of the models as they were at version 5."""
+
+    class JobRef(pw.Model):
+        id = pw.CharField(max_length=64, primary_key=True)
+
+        class Meta:
+            table_name = "job"
+
+    def job_fk(index: bool) -> pw.ForeignKeyField:
+        return pw.ForeignKeyField(JobRef, on_delete="CASCADE", column_name="job_id", index=index)
+
+    class UploadToken(pw.Model):
+        id = pw.AutoField()
+        job = job_fk(True)
+        attempt = pw.IntegerField()
+        token_hash = pw.CharField(max_length=128, unique=True)
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "upload_token"
+
+    class Artifact(pw.Model):
+        id = pw.BigAutoField()
+        job = job_fk(False)
+        key = pw.TextField()
+        size = pw.BigIntegerField()
+        sha256 = pw.CharField(max_length=64, null=True)
+        attempt = pw.IntegerField()
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "artifact"
+
+    class Checkpoint(pw.Model):
+        id = pw.AutoField()
+        job = job_fk(False)
+        name = pw.TextField()
+        step = pw.BigIntegerField()
+        attempt = pw.IntegerField()
+        bytes = pw.BigIntegerField()
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "checkpoint"
+
+    class MultipartUpload(pw.Model):
+        id = pw.CharField(max_length=64, primary_key=True)
+        job = job_fk(True)
+        key = pw.TextField()
+        attempt = pw.IntegerField()
+        backend_id = pw.TextField(null=True)
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "multipart_upload"
+
+    models = (JobRef, UploadToken, Artifact, Checkpoint, MultipartUpload)
+    for model in models:
+        model._meta.set_database(database)
+    database.create_tables(models[1:], safe=False)
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(
+        # One row per key of a job: a second upload of the same key replaces it.
+        migrator.add_index("artifact", ("job_id", "key"), unique=True),
+        migrator.add_index("checkpoint", ("job_id", "name"), unique=True),
+        migrator.add_index("checkpoint", ("job_id", "step")),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -155,6 +226,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "tokens holding every permission gain queue.command and queue.local",
         _full_tokens_keep_command_and_local,
     ),
+    Migration(5, "artifacts: upload tokens, objects, checkpoints, multipart uploads", _artifacts),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -246,6 +246,65 @@ class AuditEvent(BaseModel):
         table_name = "audit_event"
 
 
+class UploadToken(BaseModel):
+    """Added by migration 3: one per dispatch of a job (job and attempt), hashed."""
+
+    id = pw.AutoField()
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id")
+    attempt = pw.IntegerField()
+    token_hash = pw.CharField(max_length=128, unique=True)
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "upload_token"
+
+
+class Artifact(BaseModel):
+    """Added by migration 3: one stored object, its key relative to the job's output dir.
+    `sha256` is None only for an object a bucket holds that no manifest described."""
+
+    id = pw.BigAutoField()
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id", index=False)
+    key = pw.TextField()
+    size = pw.BigIntegerField()
+    sha256 = pw.CharField(max_length=64, null=True)
+    attempt = pw.IntegerField()
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "artifact"
+
+
+class Checkpoint(BaseModel):
+    """Added by migration 3: a checkpoint whose manifest is stored (so it is complete)."""
+
+    id = pw.AutoField()
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id", index=False)
+    name = pw.TextField()
+    step = pw.BigIntegerField()
+    attempt = pw.IntegerField()
+    bytes = pw.BigIntegerField()
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "checkpoint"
+
+
+class MultipartUpload(BaseModel):
+    """Added by migration 3: an unfinished multipart upload (the bucket's own id for it
+    in `backend_id`, when a bucket holds the parts)."""
+
+    id = pw.CharField(max_length=64, primary_key=True)
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id")
+    key = pw.TextField()
+    attempt = pw.IntegerField()
+    backend_id = pw.TextField(null=True)
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "multipart_upload"
+
+
 ALL_MODELS: tuple[type[BaseModel], ...] = (
     SchemaVersion,
     Worker,
@@ -257,4 +316,8 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     JobLog,
     JobMetric,
     AuditEvent,
+    UploadToken,
+    Artifact,
+    Checkpoint,
+    MultipartUpload,
 )

@@ -28,6 +28,7 @@ from tunefleet.storage.rows import (
     WorkerRow,
     WorkerTokenRow,
 )
+from tunefleet.storage.store_artifacts import ArtifactRecords, ArtifactRepo
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
 from tunefleet.storage.store_base import MAX_PAGE, Now
 from tunefleet.storage.store_jobs import JobOrder, JobRepo, LogLineLike
@@ -48,13 +49,22 @@ class Repos:
     jobs: JobRepo
     audit: AuditRepo
     metrics: MetricRepo = field(default_factory=MetricRepo)
+    artifacts: ArtifactRepo = field(default_factory=lambda: ArtifactRepo(time.time))
 
 
 class Store:
     def __init__(self, db: Database, *, now: Now = time.time) -> None:
         """`now` stamps created_at/updated_at and default event times (pass clock.time)."""
         self.db = db
-        self.repos = Repos(WorkerRepo(now), ApiTokenRepo(now), JobRepo(now), AuditRepo(now))
+        # Artifact rows have their own facade (store_artifacts); their repo joins `atomically`.
+        self.artifacts = ArtifactRecords(db, now)
+        self.repos = Repos(
+            WorkerRepo(now),
+            ApiTokenRepo(now),
+            JobRepo(now),
+            AuditRepo(now),
+            artifacts=self.artifacts.repo,
+        )
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens
         self._jobs = self.repos.jobs

@@ -1,0 +1,383 @@
+"""The artifact endpoints on a real orchestrator (in-process) with the embedded store on
+disk: upload credentials in job_submit, the S3-spelled upload endpoint, checkpoints and
+their retention, resume on retry, and the people's list/download/delete."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from tests.server.conftest import Server
+from tests.server.protocol import WorkerClient, eventually
+
+TOKEN_HEADER = "X-Upload-Token"
+
+
+class Uploader:
+    """What a trainer holding a job_submit's upload credentials does."""
+
+    def __init__(self, server: Server, event: dict[str, Any]) -> None:
+        self.client = server.client
+        self.base = urlsplit(event["upload_endpoint"]).path
+        self.token = event["upload_token"]
+        self.job_id = event["job_id"]
+
+    def url(self, key: str, bucket: str = "outputs") -> str:
+        return f"{self.base}/{bucket}/{key}"
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return {TOKEN_HEADER: self.token, **extra}
+
+    async def put(self, key: str, data: bytes, **headers: str) -> Any:
+        return await self.client.put(self.url(key), data=data, headers=self.headers(**headers))
+
+    async def stored(self, key: str, data: bytes) -> dict[str, Any]:
+        resp = await self.put(key, data)
+        assert resp.status == 200, await resp.text()
+        return dict(await resp.json())
+
+    async def checkpoint(self, step: int, files: dict[str, bytes]) -> Any:
+        name = f"checkpoint-{step}"
+        entries = []
+        for rel, data in files.items():
+            await self.stored(f"{name}/{rel}", data)
+            entries.append(
+                {
+                    "key": f"{name}/{rel}",
+                    "size": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+            )
+        manifest = {"checkpoint": name, "step": step, "files": entries}
+        return await self.put(f"{name}/.tunefleet-manifest.json", json.dumps(manifest).encode())
+
+
+async def raw_put(server: Server, path: str, token: str) -> tuple[int, bytes]:
+    host, port = server.client.host, server.client.port
+    reader, writer = await asyncio.open_connection(host, port)
+    request = (
+        f"PUT {path} HTTP/1.1\r\nHost: {host}\r\n{TOKEN_HEADER}: {token}\r\n"
+        "Content-Length: 1\r\nConnection: close\r\n\r\nx"
+    )
+    writer.write(request.encode())
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def dispatched(server: Server, worker: WorkerClient, **submit: Any) -> dict[str, Any]:
+    submit.setdefault("target", "worker")
+    await server.submit(**submit)
+    return await worker.take_job()
+
+
+def objects_on_disk(server: Server, job_id: str) -> set[str]:
+    root = server.data_dir / "artifacts" / "jobs" / job_id
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+async def timeline(server: Server, job_id: str) -> list[str]:
+    job = await server.job(job_id)
+    return [e["detail"].get("message", e["kind"]) for e in job["timeline"]]
+
+
+# --- credentials in job_submit ----------------------------------------------------------
+
+
+async def test_every_dispatch_carries_an_endpoint_and_a_token_for_its_attempt(
+    make_server: Any,
+) -> None:
+    server = await make_server(advertise_url="https://orch.example:8443/")
+    worker = await server.connected_worker()
+    event = await dispatched(server, worker)
+    assert event["upload_endpoint"] == "https://orch.example:8443/api/artifacts"
+    assert event["upload_token"].startswith("ut_") and len(event["upload_token"]) > 40
+    assert event["resume_checkpoint"] is None
+    # Stored hashed: the token itself is nowhere in the database file.
+    raw = b"".join(p.read_bytes() for p in server.data_dir.glob("*.db*"))
+    assert event["upload_token"].encode() not in raw
+    assert hashlib.sha256(event["upload_token"].encode()).hexdigest().encode() in raw
+
+
+async def test_the_default_endpoint_is_the_listening_address(make_server: Any) -> None:
+    server = await make_server(host="127.0.0.1", port=8123)
+    worker = await server.connected_worker()
+    event = await dispatched(server, worker)
+    assert event["upload_endpoint"] == "http://127.0.0.1:8123/api/artifacts"
+
+
+# --- the upload endpoint ------------------------------------------------------------------
+
+
+async def test_a_put_is_stored_on_disk_with_its_checksum_and_audited(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    data = b"weights" * 100_000
+    body = await up.stored("pytorch_lora_weights.safetensors", data)
+    digest = hashlib.sha256(data).hexdigest()
+    assert body == {"key": "pytorch_lora_weights.safetensors", "size": len(data), "sha256": digest}
+    path = server.data_dir / "artifacts" / "jobs" / up.job_id / "pytorch_lora_weights.safetensors"
+    assert path.read_bytes() == data
+    assert not list((server.data_dir / "artifacts" / ".tmp").iterdir())
+    events = await server.audit(kind="artifact.uploaded")
+    assert events[0]["target"] == up.job_id
+    assert events[0]["detail"]["sha256"] == digest
+    assert up.token not in json.dumps(events)
+
+
+async def test_a_checksum_header_that_disagrees_stores_nothing(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    await up.stored("model.bin", b"first")
+    wrong = base64.b64encode(hashlib.sha256(b"other").digest()).decode()
+    resp = await up.put("model.bin", b"second", **{"x-amz-checksum-sha256": wrong})
+    assert resp.status == 400
+    assert "mismatch" in (await resp.json())["detail"]
+    path = server.data_dir / "artifacts" / "jobs" / up.job_id / "model.bin"
+    assert path.read_bytes() == b"first"  # what was stored before is untouched
+    right = base64.b64encode(hashlib.sha256(b"second").digest()).decode()
+    resp = await up.put("model.bin", b"second", **{"x-amz-checksum-sha256": right})
+    assert resp.status == 200 and path.read_bytes() == b"second"
+
+
+async def test_without_a_valid_token_nothing_is_stored(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    resp = await server.client.put(up.url("a.bin"), data=b"x")
+    assert resp.status == 401
+    assert "X-Upload-Token" in (await resp.json())["detail"]
+    resp = await server.client.put(up.url("a.bin"), data=b"x", headers={TOKEN_HEADER: "ut_nope"})
+    assert (resp.status, (await resp.json())["detail"]) == (401, "Invalid upload token")
+    # A worker token is not an upload token.
+    resp = await server.client.put(up.url("a.bin"), data=b"x", headers={TOKEN_HEADER: worker.token})
+    assert resp.status == 401
+    assert objects_on_disk(server, up.job_id) == set()
+
+
+async def test_bad_keys_are_refused_with_a_clear_400(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    # Sent byte for byte: an HTTP client library would normalize some of these away.
+    for key in ("a/../../b", "a/%2E%2E/b", "a/./b", "a//b", "%00x", "x" * 1025, "a%5Cb"):
+        status, body = await raw_put(server, f"{up.base}/outputs/{key}", up.token)
+        assert status == 400, (key, status, body)
+        assert "key" in json.loads(body)["detail"], body
+    assert objects_on_disk(server, up.job_id) == set()
+
+
+async def test_a_token_opens_only_its_own_job(server: Server) -> None:
+    w1 = await server.connected_worker("w1")
+    first = Uploader(server, await dispatched(server, w1))
+    w2 = await server.connected_worker("w2")
+    second = Uploader(server, await dispatched(server, w2))
+    await first.stored("secret.bin", b"first job's")
+    # The second job's token names the same key: it reads and writes its own prefix only.
+    resp = await server.client.get(second.url("secret.bin"), headers=second.headers())
+    assert resp.status == 404
+    await second.stored("secret.bin", b"second job's")
+    resp = await server.client.get(first.url("secret.bin"), headers=first.headers())
+    assert await resp.read() == b"first job's"
+
+
+async def test_the_token_stops_working_when_the_attempt_ends(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    await up.stored("a.bin", b"x")
+    assert (await worker.report(up.job_id, "completed")).status == 200
+    await server.wait_job(up.job_id, "completed")
+    resp = await up.put("b.bin", b"y")
+    assert resp.status == 401
+    detail = (await resp.json())["detail"]
+    assert f"job {up.job_id} attempt 1" in detail and "ended" in detail
+    assert up.token not in detail
+
+
+async def test_multipart_upload_resumes_and_completes(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    url = up.url("big/model.safetensors")
+    started = await server.client.post(url + "?uploads", headers=up.headers())
+    assert started.status == 200
+    upload_id = (await started.json())["upload_id"]
+    parts = [b"a" * 70_000, b"b" * 50_000, b"c" * 10]
+    etags = []
+    for number, data in enumerate(parts[:2], start=1):
+        resp = await server.client.put(
+            f"{url}?partNumber={number}&uploadId={upload_id}", data=data, headers=up.headers()
+        )
+        assert resp.status == 200, await resp.text()
+        etags.append((await resp.json())["etag"])
+    # After an outage the uploader asks what is there and sends only the rest.
+    listed = await (
+        await server.client.get(f"{url}?uploadId={upload_id}", headers=up.headers())
+    ).json()
+    assert [(p["part_number"], p["etag"]) for p in listed["parts"]] == [
+        (1, etags[0]),
+        (2, etags[1]),
+    ]
+    resp = await server.client.put(
+        f"{url}?partNumber=3&uploadId={upload_id}", data=parts[2], headers=up.headers()
+    )
+    etags.append((await resp.json())["etag"])
+    body = {"parts": [{"part_number": n, "etag": e} for n, e in enumerate(etags, start=1)]}
+    done = await server.client.post(f"{url}?uploadId={upload_id}", json=body, headers=up.headers())
+    assert done.status == 200, await done.text()
+    whole = b"".join(parts)
+    assert (await done.json())["sha256"] == hashlib.sha256(whole).hexdigest()
+    got = await server.client.get(url, headers=up.headers())
+    assert await got.read() == whole
+
+
+async def test_completing_with_a_wrong_etag_is_refused(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    url = up.url("m.bin")
+    upload_id = (await (await server.client.post(url + "?uploads", headers=up.headers())).json())[
+        "upload_id"
+    ]
+    await server.client.put(
+        f"{url}?partNumber=1&uploadId={upload_id}", data=b"z", headers=up.headers()
+    )
+    body = {"parts": [{"part_number": 1, "etag": "0" * 64}]}
+    resp = await server.client.post(f"{url}?uploadId={upload_id}", json=body, headers=up.headers())
+    assert resp.status == 400 and "etag" in (await resp.json())["detail"]
+    aborted = await server.client.delete(f"{url}?uploadId={upload_id}", headers=up.headers())
+    assert aborted.status == 200
+    again = await server.client.get(f"{url}?uploadId={upload_id}", headers=up.headers())
+    assert again.status == 404
+
+
+# --- checkpoints, retention, resume -------------------------------------------------------
+
+
+async def test_a_manifest_completes_a_checkpoint_and_old_ones_are_pruned(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    for step in (100, 200, 300, 400):
+        resp = await up.checkpoint(
+            step, {"model.safetensors": f"w{step}".encode(), "state.pt": b"s"}
+        )
+        assert resp.status == 200, await resp.text()
+    listing = await server.ok("GET", f"/api/queue/{up.job_id}/artifacts")
+    assert [c["name"] for c in listing["checkpoints"]] == [
+        "checkpoint-400",
+        "checkpoint-300",
+        "checkpoint-200",
+    ]
+    assert listing["checkpoints"][0]["bytes"] == len(b"w400") + 1
+    assert not any(k.startswith("checkpoint-100/") for k in objects_on_disk(server, up.job_id))
+    assert "checkpoint-400 stored" in await timeline(server, up.job_id)
+
+
+async def test_a_manifest_listing_a_missing_file_is_refused(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    manifest = {
+        "checkpoint": "checkpoint-5",
+        "step": 5,
+        "files": [{"key": "checkpoint-5/model.bin", "size": 3, "sha256": None}],
+    }
+    resp = await up.put("checkpoint-5/.tunefleet-manifest.json", json.dumps(manifest).encode())
+    assert resp.status == 400
+    assert "not stored" in (await resp.json())["detail"]
+    listing = await server.ok("GET", f"/api/queue/{up.job_id}/artifacts")
+    assert listing["checkpoints"] == []
+
+
+async def test_a_retry_is_told_the_newest_checkpoint_and_may_read_it(server: Server) -> None:
+    w1 = await server.connected_worker("w1")
+    first = Uploader(server, await dispatched(server, w1))
+    await first.checkpoint(200, {"model.safetensors": b"weights-200"})
+    assert (await w1.disconnect()).status == 200  # the first worker is lost mid-run
+    w1.close()
+    w2 = await server.connected_worker("w2")
+    event = await w2.take_job()
+    assert event["job_id"] == first.job_id and event["attempt"] == 2
+    assert event["resume_checkpoint"] == "checkpoint-200"
+    second = Uploader(server, event)
+    assert second.token != first.token
+    # The first attempt's token is dead; the retry's reads the earlier checkpoint.
+    resp = await server.client.get(
+        first.url("checkpoint-200/model.safetensors"), headers=first.headers()
+    )
+    assert resp.status == 401
+    listed = await server.client.get(
+        f"{second.base}/outputs?prefix=checkpoint-200/", headers=second.headers()
+    )
+    keys = [o["key"] for o in (await listed.json())["objects"]]
+    assert keys == ["checkpoint-200/.tunefleet-manifest.json", "checkpoint-200/model.safetensors"]
+    resp = await server.client.get(
+        second.url("checkpoint-200/model.safetensors"),
+        headers={**second.headers(), "Range": "bytes=8-"},
+    )
+    assert resp.status == 206 and await resp.read() == b"200"
+
+    async def resumed() -> list[str] | None:
+        lines = await timeline(server, first.job_id)
+        return lines if "resumed from checkpoint-200" in lines else None
+
+    await eventually(resumed, "the resume on the timeline")
+
+
+# --- people's side ------------------------------------------------------------------------
+
+
+async def test_people_list_download_and_delete_a_jobs_artifacts(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    data = bytes(range(256)) * 1000
+    await up.stored("final/model.safetensors", data)
+    listing = await server.ok("GET", f"/api/queue/{up.job_id}/artifacts")
+    (item,) = listing["artifacts"]
+    assert item["key"] == "final/model.safetensors" and item["size"] == len(data)
+    assert item["sha256"] == hashlib.sha256(data).hexdigest() and item["attempt"] == 1
+    got = await server.get(f"/api/queue/{up.job_id}/artifacts/final/model.safetensors")
+    assert got.status == 200 and await got.read() == data
+    ranged = await server.get(
+        f"/api/queue/{up.job_id}/artifacts/final/model.safetensors",
+        headers={**server.admin, "Range": "bytes=0-9"},
+    )
+    assert ranged.status == 206 and await ranged.read() == data[:10]
+    missing = await server.get(f"/api/queue/{up.job_id}/artifacts/nope.bin")
+    assert missing.status == 404
+    # Deleting needs the job to have ended.
+    early = await server.delete(f"/api/queue/{up.job_id}/artifacts")
+    assert early.status == 409 and "cancel it" in (await early.json())["detail"]
+    await worker.report(up.job_id, "completed")
+    await server.wait_job(up.job_id, "completed")
+    assert "artifacts stored (1 files, 256000 bytes)" in await timeline(server, up.job_id)
+    gone = await server.ok("DELETE", f"/api/queue/{up.job_id}/artifacts")
+    assert gone == {"job_id": up.job_id, "deleted": 1}
+    assert objects_on_disk(server, up.job_id) == set()
+    assert (await server.ok("GET", f"/api/queue/{up.job_id}/artifacts"))["artifacts"] == []
+    kinds = {e["kind"] for e in await server.audit()}
+    assert {"artifact.uploaded", "artifact.downloaded", "artifacts.deleted"} <= kinds
+
+
+async def test_a_completed_report_saying_outputs_were_not_stored_is_on_the_timeline(
+    server: Server,
+) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    resp = await worker.report(
+        up.job_id, "completed", outputs={"stored": False, "reason": "bucket refused writes"}
+    )
+    assert resp.status == 200
+    await server.wait_job(up.job_id, "completed")
+    assert "artifacts not stored: bucket refused writes" in await timeline(server, up.job_id)
+
+
+async def test_artifacts_of_an_unknown_job_are_404(server: Server) -> None:
+    for method in ("GET", "DELETE"):
+        resp = await server.client.request(
+            method, "/api/queue/j_nope/artifacts", headers=server.admin
+        )
+        assert resp.status == 404
+    resp = await server.get("/api/queue/j_nope/artifacts/a.bin")
+    assert resp.status == 404

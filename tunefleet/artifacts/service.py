@@ -1,0 +1,245 @@
+"""Artifacts: what the HTTP adapters ask of the artifact store and its records.
+
+Who may write (an upload token, scoped to one job and attempt, live only while that
+attempt runs), what completes a checkpoint (its manifest, uploaded last), retention
+(the newest `keep_checkpoints` per job), and the timeline entries users read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from tunefleet.artifacts.keys import check_key, manifest_checkpoint
+from tunefleet.artifacts.store import ArtifactStore, StoredObject
+from tunefleet.audit import AuditKind, AuditLog
+from tunefleet.errors import BadRequest
+from tunefleet.http.tokens import hash_token
+from tunefleet.storage.store import Store
+from tunefleet.storage.store_artifacts import ArtifactRow
+
+log = structlog.get_logger(__name__)
+
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+_LIVE_STATES = ("dispatched", "running")
+# Timeline kinds (job_event.kind); each entry's detail carries the sentence users read.
+CHECKPOINT_STORED = "checkpoint_stored"
+ARTIFACTS_STORED = "artifacts_stored"
+ARTIFACTS_NOT_STORED = "artifacts_not_stored"
+RESUMED = "resumed"
+
+
+class UploadDenied(Exception):
+    """401 with this one-line detail (never the token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UploadScope:
+    job_id: str
+    attempt: int
+
+    @property
+    def actor(self) -> str:
+        return f"upload:{self.job_id}#{self.attempt}"
+
+
+class Artifacts:
+    def __init__(
+        self, store: ArtifactStore, db: Store, audit: AuditLog, keep_checkpoints: int
+    ) -> None:
+        self.store = store
+        self.db = db
+        self.records = db.artifacts
+        self.audit = audit
+        self.keep_checkpoints = keep_checkpoints
+
+    # --- who is uploading ---------------------------------------------------------------
+
+    async def scope_for(self, token: str | None) -> UploadScope:
+        """The job and attempt an upload token opens, while that attempt is live."""
+        if not token:
+            raise UploadDenied("Missing X-Upload-Token: send the upload_token of the job_submit")
+        scope = await self.records.token_scope(hash_token(token.strip()))
+        if scope is None:
+            raise UploadDenied("Invalid upload token")
+        if scope.job_state not in _LIVE_STATES or scope.job_attempts != scope.attempt:
+            raise UploadDenied(
+                f"upload token for job {scope.job_id} attempt {scope.attempt} no longer "
+                f"works: that attempt ended (the job is {scope.job_state}, on attempt "
+                f"{scope.job_attempts})"
+            )
+        return UploadScope(scope.job_id, scope.attempt)
+
+    # --- writes -------------------------------------------------------------------------
+
+    async def stored(
+        self, scope: UploadScope, key: str, obj: StoredObject, client: str | None
+    ) -> ArtifactRow:
+        """Record an object the store now holds durably."""
+        row = await self.records.put(scope.job_id, key, obj.size, obj.sha256, scope.attempt)
+        await self.audit.record(
+            AuditKind.ARTIFACT_UPLOADED,
+            actor=scope.actor,
+            target=scope.job_id,
+            client_address=client,
+            key=key,
+            size=obj.size,
+            sha256=obj.sha256,
+        )
+        return row
+
+    async def put_manifest(
+        self, scope: UploadScope, key: str, data: bytes, client: str | None
+    ) -> ArtifactRow:
+        """Store a checkpoint's manifest: only once every file it lists is stored with
+        the size (and checksum) it says, so a recorded checkpoint is always complete."""
+        named = manifest_checkpoint(key)
+        assert named is not None
+        name, step = named
+        files = _manifest_files(data, name, step)
+        stored = await self._stored_under(scope.job_id, name + "/")
+        total = 0
+        for entry in files:
+            have = stored.get(entry["key"])
+            if have is None:
+                raise BadRequest(
+                    f"the manifest lists {entry['key']}, which is not stored; upload every "
+                    "file of the checkpoint before its manifest"
+                )
+            size, sha256 = have
+            if size != entry["size"] or (sha256 and entry["sha256"] and sha256 != entry["sha256"]):
+                raise BadRequest(
+                    f"{entry['key']} is stored with size {size} and SHA-256 {sha256}, not as "
+                    "the manifest says; upload it again, then the manifest"
+                )
+            total += size
+        if self.store.presigns:
+            # The bucket took the files directly: their records come from the manifest.
+            for entry in files:
+                await self.records.put(
+                    scope.job_id, entry["key"], entry["size"], entry["sha256"], scope.attempt
+                )
+        obj = await self.store.put_bytes(scope.job_id, key, data)
+        row = await self.stored(scope, key, obj, client)
+        await self.records.add_checkpoint(scope.job_id, name, step, scope.attempt, total)
+        await self.db.append_job_event(
+            scope.job_id,
+            CHECKPOINT_STORED,
+            attempt=scope.attempt,
+            detail={"message": f"{name} stored", "checkpoint": name, "step": step, "bytes": total},
+        )
+        await self.apply_retention(scope.job_id)
+        return row
+
+    async def _stored_under(self, job_id: str, prefix: str) -> dict[str, tuple[int, str | None]]:
+        if self.store.presigns:
+            listed = await self.store.list_objects(job_id, prefix)
+            return {o.key: (o.size, None) for o in listed}
+        return {r.key: (r.size, r.sha256) for r in await self.records.objects(job_id, prefix)}
+
+    async def sync_bucket(self, job_id: str) -> None:
+        """Record objects workers put straight into the bucket (a presigned PUT passes
+        the orchestrator by), with their size; their SHA-256 is known only from a
+        manifest. Nothing to do for the embedded store, which records every write."""
+        if not self.store.presigns:
+            return
+        known = {r.key: r.size for r in await self.records.objects(job_id)}
+        listed = await self.store.list_objects(job_id)
+        if all(known.get(o.key) == o.size for o in listed):
+            return
+        job = await self.db.get_job(job_id)
+        attempt = job.attempts if job is not None else 0
+        for obj in listed:
+            if known.get(obj.key) != obj.size:
+                await self.records.put(job_id, obj.key, obj.size, None, attempt)
+
+    async def apply_retention(self, job_id: str) -> list[str]:
+        """Delete all but the newest `keep_checkpoints` complete checkpoints of a job."""
+        dropped = []
+        for old in (await self.records.checkpoints(job_id))[self.keep_checkpoints :]:
+            # Records first: a checkpoint never looks complete while its bytes go.
+            await self.records.drop_checkpoint(job_id, old.name)
+            await self.store.delete_prefix(job_id, old.name + "/")
+            dropped.append(old.name)
+        if dropped:
+            log.info("old checkpoints deleted", job_id=job_id, checkpoints=dropped)
+        return dropped
+
+    async def resume_checkpoint(self, job_id: str) -> str | None:
+        latest = await self.records.latest_checkpoint(job_id)
+        return latest.name if latest is not None else None
+
+    # --- the end of an attempt ----------------------------------------------------------
+
+    async def record_outcome(self, job_id: str, attempt: int, outputs: Any) -> None:
+        """The timeline line of a completed attempt: what is stored, or why not."""
+        if isinstance(outputs, dict) and outputs.get("stored") is False:
+            reason = str(outputs.get("reason") or "no reason given")[:300]
+            await self.db.append_job_event(
+                job_id,
+                ARTIFACTS_NOT_STORED,
+                attempt=attempt,
+                detail={"message": f"artifacts not stored: {reason}", "reason": reason},
+            )
+            return
+        await self.sync_bucket(job_id)
+        rows = await self.records.objects(job_id)
+        if not rows:
+            return
+        total = sum(r.size for r in rows)
+        message = f"artifacts stored ({len(rows)} files, {total} bytes)"
+        await self.db.append_job_event(
+            job_id,
+            ARTIFACTS_STORED,
+            attempt=attempt,
+            detail={"message": message, "files": len(rows), "bytes": total},
+        )
+
+    # --- users --------------------------------------------------------------------------
+
+    async def delete_job(self, job_id: str, actor: str) -> int:
+        rows = await self.records.objects(job_id)
+        await self.records.forget_job(job_id)
+        await self.store.delete_prefix(job_id)
+        await self.audit.record(
+            AuditKind.ARTIFACTS_DELETED, actor=actor, target=job_id, objects=len(rows)
+        )
+        return len(rows)
+
+    async def downloaded(self, job_id: str, key: str, actor: str, client: str | None) -> None:
+        await self.audit.record(
+            AuditKind.ARTIFACT_DOWNLOADED,
+            actor=actor,
+            target=job_id,
+            client_address=client,
+            key=key,
+        )
+
+
+def _manifest_files(data: bytes, name: str, step: int) -> list[dict[str, Any]]:
+    try:
+        manifest = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest(f"{name}'s manifest is not JSON; send the manifest object") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise BadRequest(f'{name}\'s manifest must be an object with a "files" list')
+    if manifest.get("checkpoint", name) != name or manifest.get("step", step) != step:
+        raise BadRequest(f"the manifest names another checkpoint than {name} (step {step})")
+    files = []
+    for entry in manifest["files"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
+            raise BadRequest('each manifest file must be an object with "key", "size", "sha256"')
+        key = check_key(entry["key"])
+        if not key.startswith(name + "/"):
+            raise BadRequest(f"the manifest lists {key}, which is outside {name}/")
+        size = entry.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise BadRequest(f"the manifest's size of {key} must be a whole number of bytes")
+        sha256 = entry.get("sha256")
+        if sha256 is not None and not isinstance(sha256, str):
+            raise BadRequest(f"the manifest's sha256 of {key} must be a hex string")
+        files.append({"key": key, "size": size, "sha256": sha256.lower() if sha256 else None})
+    return files

@@ -1,0 +1,198 @@
+"""The S3-spelled upload endpoint workers and trainers store outputs through:
+``{upload_endpoint}/{bucket}/{key}`` with ``X-Upload-Token`` (docs/api.md, "Artifacts").
+
+The bucket segment is accepted and ignored: the token decides the job, and a key is
+always relative to that job's prefix. Which operation a request is follows S3: the
+query (``?uploads``, ``?uploadId=``, ``?partNumber=``) picks multipart steps. These
+routes are left out of the OpenAPI document: one path, several S3 operations by query,
+raw bytes in and out, which OpenAPI cannot describe faithfully.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from tunefleet.artifacts.keys import check_key, check_prefix, manifest_checkpoint
+from tunefleet.artifacts.service import MAX_MANIFEST_BYTES, Artifacts, UploadDenied, UploadScope
+from tunefleet.artifacts.store import MAX_PARTS, PART_BYTES, Checks
+from tunefleet.http import keys
+from tunefleet.http.auth import report_auth_failure
+from tunefleet.http.body import parse_body, read_body
+from tunefleet.http.errors import ApiError
+from tunefleet.http.route_table import routes
+
+UPLOAD_TOKEN_HEADER = "X-Upload-Token"
+_OBJECT = "/api/artifacts/{bucket}/{key:.+}"
+_BUCKET = "/api/artifacts/{bucket}"
+
+
+class CompletedPart(BaseModel):
+    part_number: int = Field(ge=1, le=MAX_PARTS)
+    etag: str = Field(max_length=130)
+
+
+class CompleteMultipart(BaseModel):
+    parts: list[CompletedPart] = Field(min_length=1, max_length=MAX_PARTS)
+
+
+def artifacts_of(request: web.Request) -> Artifacts:
+    artifacts = request.app.get(keys.ARTIFACTS)
+    if artifacts is None:
+        raise ApiError(503, "the orchestrator is starting; try again in a moment")
+    return artifacts
+
+
+async def _scope(request: web.Request) -> tuple[Artifacts, UploadScope]:
+    artifacts = artifacts_of(request)
+    try:
+        scope = await artifacts.scope_for(request.headers.get(UPLOAD_TOKEN_HEADER))
+    except UploadDenied as denied:
+        await report_auth_failure(request, "upload", str(denied))
+        raise ApiError(401, str(denied)) from None
+    return artifacts, scope
+
+
+def _key(request: web.Request) -> str:
+    return check_key(request.match_info["key"])
+
+
+def _redirect(url: str) -> web.Response:
+    return web.Response(status=307, headers={"Location": url})
+
+
+def _part_number(request: web.Request) -> int:
+    raw = request.query.get("partNumber", "")
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PARTS:
+        raise ApiError(400, f"partNumber must be a whole number from 1 to {MAX_PARTS}")
+    return int(raw)
+
+
+async def _multipart(
+    artifacts: Artifacts, scope: UploadScope, key: str, upload_id: str
+) -> tuple[str | None, Any]:
+    row = await artifacts.records.multipart(upload_id[:64])
+    if row is None or row.job_id != scope.job_id or row.key != key:
+        raise ApiError(404, f"no open multipart upload {upload_id[:64]} for this key; start one")
+    return row.backend_id, row
+
+
+@routes.route("PUT", _OBJECT, include_in_schema=False, auth="upload")
+async def artifact_put(request: web.Request) -> web.StreamResponse:
+    artifacts, scope = await _scope(request)
+    key = _key(request)
+    checks = Checks.from_headers(request.headers)
+    store = artifacts.store
+    if "uploadId" in request.query:
+        backend_id, _ = await _multipart(artifacts, scope, key, request.query["uploadId"])
+        number = _part_number(request)
+        if store.presigns:
+            return _redirect(store.presign_part(scope.job_id, key, backend_id, number))
+        part = await store.put_part(
+            request.query["uploadId"], number, request.content.iter_any(), checks
+        )
+        return web.json_response({"etag": part.etag}, headers={"ETag": f'"{part.etag}"'})
+    if manifest_checkpoint(key) is not None:
+        data = await read_body(request, MAX_MANIFEST_BYTES)
+        row = await artifacts.put_manifest(scope, key, data, request.remote)
+    elif store.presigns:
+        return _redirect(store.presign_put(scope.job_id, key, checks))
+    else:
+        obj = await store.put(scope.job_id, key, request.content.iter_any(), checks)
+        row = await artifacts.stored(scope, key, obj, request.remote)
+    body = {"key": row.key, "size": row.size, "sha256": row.sha256}
+    return web.json_response(body, headers={"ETag": f'"{row.sha256}"'})
+
+
+@routes.route("POST", _OBJECT, include_in_schema=False, auth="upload")
+async def artifact_multipart(request: web.Request) -> web.StreamResponse:
+    artifacts, scope = await _scope(request)
+    key = _key(request)
+    store = artifacts.store
+    if "uploads" in request.query:
+        if manifest_checkpoint(key) is not None:
+            raise ApiError(400, "send a checkpoint's manifest in one PUT, not in parts")
+        upload_id = uuid.uuid4().hex
+        backend_id = await store.start_multipart(scope.job_id, key, upload_id)
+        await artifacts.records.add_multipart(
+            upload_id, scope.job_id, key, scope.attempt, backend_id
+        )
+        return web.json_response({"upload_id": upload_id, "part_size": PART_BYTES})
+    if "uploadId" not in request.query:
+        raise ApiError(
+            400, "POST ?uploads starts a multipart upload; POST ?uploadId=U completes it"
+        )
+    upload_id = request.query["uploadId"]
+    backend_id, _ = await _multipart(artifacts, scope, key, upload_id)
+    body = await parse_body(request, CompleteMultipart)
+    parts = sorted((p.part_number, p.etag) for p in body.parts)
+    obj = await store.complete_multipart(scope.job_id, key, upload_id, backend_id, parts)
+    await artifacts.records.drop_multipart(upload_id)
+    row = await artifacts.stored(scope, key, obj, request.remote)
+    return web.json_response({"key": row.key, "size": row.size, "sha256": row.sha256})
+
+
+@routes.route("DELETE", _OBJECT, include_in_schema=False, auth="upload")
+async def artifact_abort(request: web.Request) -> web.StreamResponse:
+    artifacts, scope = await _scope(request)
+    key = _key(request)
+    if "uploadId" not in request.query:
+        raise ApiError(
+            400, "workers cannot delete stored objects; DELETE ?uploadId=U aborts an upload"
+        )
+    upload_id = request.query["uploadId"]
+    backend_id, _ = await _multipart(artifacts, scope, key, upload_id)
+    await artifacts.store.abort_multipart(scope.job_id, key, upload_id, backend_id)
+    await artifacts.records.drop_multipart(upload_id)
+    return web.json_response({"aborted": True, "upload_id": upload_id})
+
+
+@routes.route("GET", _OBJECT, include_in_schema=False, auth="upload")
+async def artifact_get(request: web.Request) -> web.StreamResponse:
+    artifacts, scope = await _scope(request)
+    key = _key(request)
+    store = artifacts.store
+    if "uploadId" in request.query:
+        upload_id = request.query["uploadId"]
+        backend_id, _ = await _multipart(artifacts, scope, key, upload_id)
+        parts = await store.list_parts(scope.job_id, key, upload_id, backend_id)
+        listed = [{"part_number": p.number, "etag": p.etag, "size": p.size} for p in parts]
+        return web.json_response({"upload_id": upload_id, "part_size": PART_BYTES, "parts": listed})
+    return await serve_object(request, artifacts, scope.job_id, key, scope.actor)
+
+
+@routes.route("GET", _BUCKET, include_in_schema=False, auth="upload")
+async def artifact_list(request: web.Request) -> web.StreamResponse:
+    artifacts, scope = await _scope(request)
+    prefix = check_prefix(request.query.get("prefix", ""))
+    await artifacts.sync_bucket(scope.job_id)
+    rows = await artifacts.records.objects(scope.job_id, prefix)
+    objects = [{"key": r.key, "size": r.size, "sha256": r.sha256} for r in rows]
+    return web.json_response({"objects": objects})
+
+
+async def serve_object(
+    request: web.Request, artifacts: Artifacts, job_id: str, key: str, actor: str
+) -> web.StreamResponse:
+    """The bytes of a stored object (HTTP Range through FileResponse), or a redirect to a
+    presigned URL when a bucket holds it."""
+    row = await artifacts.records.get(job_id, key)
+    if row is None and artifacts.store.presigns:
+        await artifacts.sync_bucket(job_id)
+        row = await artifacts.records.get(job_id, key)
+    if row is None:
+        raise ApiError(404, f"artifact not found: {key}")
+    await artifacts.downloaded(job_id, key, actor, request.remote)
+    store = artifacts.store
+    if store.presigns:
+        return _redirect(store.presign_get(job_id, key))
+    path = store.local_path(job_id, key)
+    if path is None or not path.is_file():
+        raise ApiError(404, f"artifact not found: {key} (its record has no bytes)")
+    headers = {"Content-Type": "application/octet-stream"}
+    if row.sha256:
+        headers["X-Artifact-SHA256"] = row.sha256
+    return web.FileResponse(path, headers=headers)

@@ -1,0 +1,109 @@
+"""People's side of artifacts: list, download and delete a job's stored outputs."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from tunefleet.actors.records import iso
+from tunefleet.artifacts.keys import check_key
+from tunefleet.http import keys
+from tunefleet.http.auth import QUEUE_ADMIN
+from tunefleet.http.errors import ApiError
+from tunefleet.http.route_table import actor_name, principal_of, routes
+from tunefleet.http.routes_artifacts import artifacts_of, serve_object
+from tunefleet.http.schemas_artifacts import ArtifactListResponse, DeleteArtifactsResponse
+
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_JOB_NOT_FOUND = {404: "Job not found"}
+
+
+async def _job_state(request: web.Request, job_id: str) -> tuple[str, str | None]:
+    row = await request.app[keys.STORE].get_job(job_id)
+    if row is None:
+        raise ApiError(404, f"Job not found: {job_id}")
+    return row.state, row.submitted_by
+
+
+@routes.route(
+    "GET",
+    "/api/queue/{job_id}/artifacts",
+    summary="The job's stored outputs (key, size, SHA-256, attempt, time) and checkpoints",
+    response=ArtifactListResponse,
+    auth="api",
+    errors=_JOB_NOT_FOUND,
+)
+async def list_job_artifacts(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"]
+    await _job_state(request, job_id)
+    artifacts = artifacts_of(request)
+    await artifacts.sync_bucket(job_id)
+    records = artifacts.records
+    rows = await records.objects(job_id)
+    checkpoints = await records.checkpoints(job_id)
+    return web.json_response(
+        {
+            "job_id": job_id,
+            "artifacts": [
+                {
+                    "key": r.key,
+                    "size": r.size,
+                    "sha256": r.sha256,
+                    "attempt": r.attempt,
+                    "created_at": iso(r.created_at),
+                }
+                for r in rows
+            ],
+            "checkpoints": [
+                {
+                    "name": c.name,
+                    "step": c.step,
+                    "attempt": c.attempt,
+                    "bytes": c.bytes,
+                    "created_at": iso(c.created_at),
+                }
+                for c in checkpoints
+            ],
+        }
+    )
+
+
+@routes.route(
+    "GET",
+    "/api/queue/{job_id}/artifacts/{key:.+}",
+    summary="Download one stored output (HTTP Range supported), or a redirect to a presigned URL",
+    auth="api",
+    errors={**_JOB_NOT_FOUND, 400: "Bad key"},
+    description="With a bucket store the answer is a 307 to a presigned URL of the object.",
+    content_type="application/octet-stream",
+)
+async def download_job_artifact(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"]
+    key = check_key(request.match_info["key"])
+    await _job_state(request, job_id)
+    return await serve_object(request, artifacts_of(request), job_id, key, actor_name(request))
+
+
+@routes.route(
+    "DELETE",
+    "/api/queue/{job_id}/artifacts",
+    summary="Delete every stored output and checkpoint of an ended job",
+    response=DeleteArtifactsResponse,
+    auth="api:queue.submit",
+    errors={
+        **_JOB_NOT_FOUND,
+        403: "Deleting another's job's artifacts needs queue.admin",
+        409: "The job has not ended",
+    },
+)
+async def delete_job_artifacts(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"]
+    state, submitted_by = await _job_state(request, job_id)
+    actor = actor_name(request)
+    if submitted_by != actor and not principal_of(request).has(QUEUE_ADMIN):
+        raise ApiError(403, f"Permission denied: {QUEUE_ADMIN} (the job was submitted by another)")
+    if state not in _TERMINAL:
+        raise ApiError(
+            409, f"job {job_id} is {state}; cancel it (or wait for it to end), then delete"
+        )
+    deleted = await artifacts_of(request).delete_job(job_id, actor)
+    return web.json_response({"job_id": job_id, "deleted": deleted})
