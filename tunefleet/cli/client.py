@@ -7,11 +7,14 @@ user reads, with what to do about it, and whose ``exit_code`` the command exits 
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import hashlib
 import json
+import os
 import re
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import IntEnum
@@ -256,6 +259,60 @@ class ApiClient:
                 f"{response.content_type}, not the orchestrator's JSON: is --url "
                 f"(or {ENV_URL}) the orchestrator's address?"
             ) from None
+
+    async def download(
+        self, path: str, dest: Path, on_bytes: Callable[[int], None] | None = None
+    ) -> tuple[int, str]:
+        """Stream ``path`` into ``dest`` (through a temporary file beside it, renamed when
+        whole); returns (size, SHA-256 hex). A 307 to a presigned URL (a bucket store) is
+        followed without the API token, which the bucket would refuse."""
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.connect_timeout_s, sock_read=300
+        )
+        partial = dest.with_name(dest.name + ".part")
+        try:
+            async with self._client().get(
+                self.url(path), timeout=timeout, allow_redirects=False
+            ) as response:
+                location = response.headers.get("Location")
+                if response.status not in (301, 302, 303, 307, 308) or not location:
+                    return await self._save(response, partial, dest, on_bytes)
+            async with (
+                aiohttp.ClientSession() as bare,
+                bare.get(location, timeout=timeout) as response,
+            ):
+                return await self._save(response, partial, dest, on_bytes)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise connection_error(self.conn, error) from error
+        finally:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+
+    async def _save(
+        self,
+        response: aiohttp.ClientResponse,
+        partial: Path,
+        dest: Path,
+        on_bytes: Callable[[int], None] | None,
+    ) -> tuple[int, str]:
+        if response.status >= 400:
+            text = await response.text(errors="replace")
+            detail: Any = None
+            with contextlib.suppress(ValueError, AttributeError):
+                detail = json.loads(text).get("detail")
+            raise status_error(self.conn, response.status, str(detail or text[:200]))
+        digest = hashlib.sha256()
+        size = 0
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "wb") as file:  # noqa: ASYNC230 - local disk, chunk by chunk
+            async for chunk in response.content.iter_chunked(1024 * 1024):
+                file.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
+        os.replace(partial, dest)
+        return size, digest.hexdigest()
 
     @asynccontextmanager
     async def stream(

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from tunefleet.cli.artifacts import artifacts, download
 from tunefleet.cli.client import ApiClient, Connection
 from tunefleet.cli.follow import TERMINAL, follow_job, job_path, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, LiveReporter, QuietReporter, final_line
@@ -49,6 +50,8 @@ def jobs() -> None:
 
 jobs.add_command(logs)
 jobs.add_command(metrics)
+jobs.add_command(artifacts)
+jobs.add_command(download)
 
 
 def _submit_body(
