@@ -1,0 +1,229 @@
+"""The bucket store against a real S3 API server process (moto's standalone server on a
+free loopback port): uploads and downloads go straight to the bucket through presigned
+URLs, multipart included; manifests, retention and listings work as with the disk."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import pytest
+
+from tests.server.conftest import Server
+
+boto3 = pytest.importorskip("boto3", reason="boto3 is in the test extra: pip install -e '.[test]'")
+pytestmark = pytest.mark.timeout(120)
+
+BUCKET = "tunefleet-test"
+TOKEN_HEADER = "X-Upload-Token"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto_server (moto[server], in the test extra) as a separate process."""
+    binary = shutil.which("moto_server") or str(Path(__file__).parents[2] / ".venv/bin/moto_server")
+    if not Path(binary).exists():
+        pytest.skip("moto_server not found: pip install -e '.[test]' (it brings moto[server])")
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
+    process = subprocess.Popen(
+        [binary, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=1).close()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.skip(f"moto_server did not start on port {port} (see {log.name})")
+            time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture
+def bucket(s3_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    client = boto3.client("s3", endpoint_url=s3_url)
+    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+        client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+@pytest.fixture
+async def server(make_server: Any, bucket: Any, s3_url: str) -> Server:
+    return await make_server(artifact_store=f"s3://{BUCKET}/fleet", s3_endpoint_url=s3_url)
+
+
+async def _job(server: Server) -> dict[str, Any]:
+    worker = await server.connected_worker()
+    await server.submit(target="worker")
+    event = await worker.take_job()
+    event["_worker"] = worker
+    return event
+
+
+def _base(event: dict[str, Any]) -> str:
+    return urlsplit(event["upload_endpoint"]).path + "/outputs"
+
+
+async def _put_via_redirect(server: Server, event: dict[str, Any], key: str, data: bytes) -> str:
+    """PUT to the orchestrator, then to the presigned URL it answers with: the bytes go to
+    the bucket directly. Returns the bucket's ETag."""
+    resp = await server.client.put(
+        f"{_base(event)}/{key}",
+        data=b"",
+        headers={TOKEN_HEADER: event["upload_token"]},
+        allow_redirects=False,
+    )
+    assert resp.status == 307, await resp.text()
+    location = resp.headers["Location"]
+    assert location.startswith("http://127.0.0.1:") and "/fleet/jobs/" in location
+    async with aiohttp.ClientSession() as bare, bare.put(location, data=data) as direct:
+        assert direct.status == 200, await direct.text()
+        return direct.headers["ETag"].strip('"')
+
+
+async def test_outputs_go_to_the_bucket_directly_and_come_back_presigned(
+    server: Server, bucket: Any
+) -> None:
+    event = await _job(server)
+    data = b"model bytes" * 1000
+    await _put_via_redirect(server, event, "final/model.safetensors", data)
+    stored = bucket.get_object(
+        Bucket=BUCKET, Key=f"fleet/jobs/{event['job_id']}/final/model.safetensors"
+    )
+    assert stored["Body"].read() == data
+    listing = await server.ok("GET", f"/api/queue/{event['job_id']}/artifacts")
+    (item,) = listing["artifacts"]
+    assert (item["key"], item["size"], item["sha256"]) == (
+        "final/model.safetensors",
+        len(data),
+        None,
+    )
+    resp = await server.get(
+        f"/api/queue/{event['job_id']}/artifacts/final/model.safetensors", allow_redirects=False
+    )
+    assert resp.status == 307
+    async with aiohttp.ClientSession() as bare, bare.get(resp.headers["Location"]) as got:
+        assert await got.read() == data
+
+
+async def test_checkpoints_in_a_bucket_are_recorded_and_pruned(server: Server, bucket: Any) -> None:
+    event = await _job(server)
+    job_id = event["job_id"]
+    for step in (1, 2, 3, 4):
+        name = f"checkpoint-{step}"
+        data = f"weights {step}".encode()
+        await _put_via_redirect(server, event, f"{name}/model.bin", data)
+        manifest = {
+            "checkpoint": name,
+            "step": step,
+            "files": [
+                {
+                    "key": f"{name}/model.bin",
+                    "size": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+            ],
+        }
+        resp = await server.client.put(
+            f"{_base(event)}/{name}/.tunefleet-manifest.json",
+            data=json.dumps(manifest).encode(),
+            headers={TOKEN_HEADER: event["upload_token"]},
+        )
+        assert resp.status == 200, await resp.text()
+    listing = await server.ok("GET", f"/api/queue/{job_id}/artifacts")
+    assert [c["name"] for c in listing["checkpoints"]] == [
+        "checkpoint-4",
+        "checkpoint-3",
+        "checkpoint-2",
+    ]
+    keys = {
+        o["Key"]
+        for o in bucket.list_objects_v2(Bucket=BUCKET, Prefix=f"fleet/jobs/{job_id}/")["Contents"]
+    }
+    assert not any("/checkpoint-1/" in k for k in keys)
+    assert f"fleet/jobs/{job_id}/checkpoint-4/.tunefleet-manifest.json" in keys
+    model = next(a for a in listing["artifacts"] if a["key"] == "checkpoint-4/model.bin")
+    assert model["sha256"] == hashlib.sha256(b"weights 4").hexdigest()  # from the manifest
+    # A manifest naming a file the bucket does not hold is refused.
+    bad = {"checkpoint": "checkpoint-9", "step": 9, "files": [{"key": "checkpoint-9/x", "size": 1}]}
+    resp = await server.client.put(
+        f"{_base(event)}/checkpoint-9/.tunefleet-manifest.json",
+        data=json.dumps(bad).encode(),
+        headers={TOKEN_HEADER: event["upload_token"]},
+    )
+    assert resp.status == 400
+
+
+async def test_multipart_parts_go_to_the_bucket_and_the_orchestrator_completes(
+    server: Server, bucket: Any
+) -> None:
+    event = await _job(server)
+    headers = {TOKEN_HEADER: event["upload_token"]}
+    url = f"{_base(event)}/big.bin"
+    started = await (await server.client.post(url + "?uploads", headers=headers)).json()
+    upload_id = started["upload_id"]
+    parts = [b"a" * (5 * 1024 * 1024), b"b" * 1000]  # S3's smallest non-final part is 5 MiB
+    etags = []
+    async with aiohttp.ClientSession() as bare:
+        for number, data in enumerate(parts, start=1):
+            resp = await server.client.put(
+                f"{url}?partNumber={number}&uploadId={upload_id}",
+                data=b"",
+                headers=headers,
+                allow_redirects=False,
+            )
+            assert resp.status == 307
+            async with bare.put(resp.headers["Location"], data=data) as direct:
+                assert direct.status == 200, await direct.text()
+                etags.append(direct.headers["ETag"].strip('"'))
+    listed = await (await server.client.get(f"{url}?uploadId={upload_id}", headers=headers)).json()
+    assert [p["part_number"] for p in listed["parts"]] == [1, 2]
+    body = {"parts": [{"part_number": n, "etag": e} for n, e in enumerate(etags, start=1)]}
+    done = await server.client.post(f"{url}?uploadId={upload_id}", json=body, headers=headers)
+    assert done.status == 200, await done.text()
+    assert (await done.json())["size"] == sum(len(p) for p in parts)
+    stored = bucket.head_object(Bucket=BUCKET, Key=f"fleet/jobs/{event['job_id']}/big.bin")
+    assert stored["ContentLength"] == sum(len(p) for p in parts)
+
+
+async def test_deleting_a_jobs_artifacts_empties_its_prefix(server: Server, bucket: Any) -> None:
+    event = await _job(server)
+    await _put_via_redirect(server, event, "a.bin", b"x")
+    await event["_worker"].report(event["job_id"], "completed")
+    await server.wait_job(event["job_id"], "completed")
+    gone = await server.ok("DELETE", f"/api/queue/{event['job_id']}/artifacts")
+    assert gone["deleted"] == 1
+    left = bucket.list_objects_v2(Bucket=BUCKET, Prefix=f"fleet/jobs/{event['job_id']}/")
+    assert left.get("KeyCount", 0) == 0
