@@ -34,6 +34,7 @@ BENCHMARKS: tuple[str, ...] = (
     "failure_detection",
     "restart",
     "agent_artifacts",
+    "artifact_upload",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
