@@ -282,3 +282,49 @@ async def test_a_part_stored_whose_answer_was_lost_is_not_sent_again(
     assert stored.sha256 == sha == fake.sha256("big.bin")
     parts = [p for m, p in fake.requests if m == "PUT"]
     assert sum("partNumber=2&" in p for p in parts) == 1
+
+
+async def test_an_advertised_endpoint_that_cannot_be_reached_falls_back_to_the_agents_url(
+    store: tuple[FakeStore, str], tmp_path: Path
+) -> None:
+    fake, endpoint = store
+    sha = random_file(tmp_path / "a.bin", 1000)
+    unreachable = "http://127.0.0.1:9/api/artifacts"  # e.g. a wrong --advertise-url
+
+    async def no_wait(delay: float) -> None:
+        return None
+
+    client = ArtifactClient(unreachable, TOKEN, fallback_endpoint=endpoint, connect_timeout_s=2)
+    try:
+        stored = await retrying(
+            lambda: client.put_file("a.bin", tmp_path / "a.bin"),
+            Backoff(0.01, 0.02),
+            what="a.bin",
+            sleep=no_wait,
+        )
+    finally:
+        await client.close()
+    assert stored.sha256 == sha == fake.sha256("a.bin")
+    assert client.endpoint == endpoint
+
+
+def test_the_plan_knows_the_orchestrator_url_as_a_fallback() -> None:
+    from tunefleet.agent.job_artifacts import artifact_plan
+
+    submit = {
+        "upload_endpoint": "http://gpu-head.internal:8001/api/artifacts",
+        "upload_token": TOKEN,
+        "resume_checkpoint": "checkpoint-200",
+    }
+    plan = artifact_plan(submit, "https://orch.example.com:8443")
+    assert plan is not None
+    assert plan.endpoint == "http://gpu-head.internal:8001/api/artifacts"
+    assert plan.fallback_endpoint == "https://orch.example.com:8443/api/artifacts"
+    assert plan.resume_checkpoint == "checkpoint-200"
+    same = artifact_plan(
+        {**submit, "upload_endpoint": "https://orch.example.com:8443/api/artifacts"},
+        "https://orch.example.com:8443",
+    )
+    assert same is not None and same.fallback_endpoint is None
+    assert artifact_plan({**submit, "upload_endpoint": ""}, "http://x") is None
+    assert artifact_plan({**submit, "upload_token": None}, "http://x") is None

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 
@@ -69,10 +70,17 @@ def artifact_plan(payload: dict[str, Any], base_url: str) -> ArtifactPlan | None
     token = payload.get("upload_token")
     if not (isinstance(endpoint, str) and endpoint and isinstance(token, str) and token):
         return None
+    fallback = None
     if not endpoint.startswith(("http://", "https://")):
         endpoint = base_url + endpoint
+    elif base_url:
+        advertised = urlsplit(endpoint)
+        fallback = base_url.rstrip("/") + advertised.path
+        if urlsplit(fallback)[:2] == advertised[:2]:
+            fallback = None  # the same host: nothing else to try
     resume = payload.get("resume_checkpoint")
-    return ArtifactPlan(endpoint, token, resume if isinstance(resume, str) and resume else None)
+    resume = resume if isinstance(resume, str) and resume else None
+    return ArtifactPlan(endpoint, token, resume, fallback)
 
 
 def upload_env(plan: ArtifactPlan | None) -> dict[str, str]:
@@ -129,6 +137,7 @@ class JobArtifacts:
             plan.token,
             tls=self.options.tls,
             multipart_threshold=self.options.multipart_threshold,
+            fallback_endpoint=plan.fallback_endpoint,
         )
         self.stored_keys = 0
         self.stored_bytes = 0

@@ -19,6 +19,9 @@ class ArtifactPlan:
     endpoint: str
     token: str = field(repr=False)  # never in a log line
     resume_checkpoint: str | None = None
+    # The endpoint's path on the orchestrator URL the agent uses, tried when the
+    # advertised endpoint cannot be connected to; None when they are the same.
+    fallback_endpoint: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

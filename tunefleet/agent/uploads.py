@@ -125,8 +125,13 @@ class ArtifactClient:
         chunk_bytes: int = CHUNK_BYTES,
         request_timeout_s: float = 300.0,
         connect_timeout_s: float = 10.0,
+        fallback_endpoint: str | None = None,
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
+        # The same endpoint through the URL the agent reaches the orchestrator by: used
+        # when the advertised one cannot be connected to from here (a wrong --advertise-url).
+        fallback = (fallback_endpoint or "").rstrip("/")
+        self._fallback = fallback if fallback and fallback != self.endpoint else None
         self.bucket = bucket
         self.multipart_threshold = multipart_threshold
         self.chunk_bytes = chunk_bytes
@@ -320,6 +325,21 @@ class ArtifactClient:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self._tls))
         return self._session
 
+    def _fall_back_from(self, url: str, error: BaseException) -> None:
+        """The advertised endpoint cannot be connected to: the next try goes through the
+        orchestrator URL this agent uses (it works: the agent got the job through it)."""
+        if not (self._fallback and url.startswith(self.endpoint + "/")):
+            return
+        if not isinstance(error, aiohttp.ClientConnectorError | TimeoutError):
+            return
+        log.warning(
+            "cannot connect to the advertised upload endpoint; using the orchestrator URL",
+            advertised=self.endpoint,
+            using=self._fallback,
+            error=_describe(error),
+        )
+        self.endpoint, self._fallback = self._fallback, None
+
     def _stored(self, key: str, size: int, sha: str, body: Any) -> StoredObject:
         their = body.get("sha256") if isinstance(body, dict) else None
         if isinstance(their, str) and their and their != sha:
@@ -359,6 +379,7 @@ class ArtifactClient:
                     payload = await _read_body(response)
                     status, reply_headers = response.status, dict(response.headers)
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                self._fall_back_from(url, error)
                 raise StoreUnreachable(f"{what} failed: {_describe(error)}") from None
             if status in (301, 302, 303, 307, 308) and "Location" in reply_headers:
                 url = urljoin(url, reply_headers["Location"])
@@ -411,6 +432,7 @@ class _Download:
                     allow_redirects=False,
                 )  # fmt: skip
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                self.client._fall_back_from(url, error)
                 raise StoreUnreachable(f"download of {url} failed: {_describe(error)}") from None
             if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
                 url = urljoin(url, response.headers["Location"])
