@@ -35,6 +35,7 @@ BENCHMARKS: tuple[str, ...] = (
     "restart",
     "agent_artifacts",
     "artifact_upload",
+    "departed_workers",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -24,6 +24,7 @@ SCENARIOS = (
     "failure",
     "hold_jobs",
     "await_reconnected",
+    "departed",
 )
 _background: dict[str, asyncio.Task[None]] = {}
 
@@ -258,4 +259,61 @@ async def await_reconnected(gen: LoadGen, timeout_s: float = 120.0) -> dict[str,
         "reconnected_at": times,
         "resumed": sum(w.resumed for w in gen.workers),
         "holding": sum(w.job_id is not None for w in gen.workers),
+    }
+
+
+async def departed(
+    gen: LoadGen, departing: int, fresh: int, jobs: int, limit_s: float, concurrency: int = 16
+) -> dict[str, Any]:
+    """Workers that are gone: the ``departing`` workers present now (streams open, on_job
+    "complete") each run a job; then their streams close at once, without a word, as
+    dead machines' would; ``fresh`` new workers connect; ``jobs`` jobs are submitted.
+    Counts the jobs the orchestrator sent to a departed worker (from each job's attempt
+    history), and times each job from its submit to its completion. Bounded: whatever
+    has not completed ``limit_s`` after the first submit is counted as unfinished."""
+    loop = asyncio.get_running_loop()
+    leaving = [w for w in gen.workers if w.stream is not None][:departing]
+    warm = await gen.bounded(list(range(len(leaving))), concurrency, lambda _: gen.submit())
+    await asyncio.wait_for(
+        asyncio.gather(*(gen.future("completed", j) for j in warm)), timeout=limit_s
+    )
+    gone = {w.worker_id for w in leaving}
+    for worker in leaving:
+        if worker.stream is not None:
+            worker.stream.close()
+
+    before = len(gen.workers)
+    await gen.cmd_create_workers(fresh)
+    newcomers = gen.workers[before:]
+    await gen.bounded(newcomers, 8, gen.register)
+    await gen.bounded(newcomers, 32, gen.open_stream)
+
+    submitted: dict[str, float] = {}
+    completed: dict[str, float] = {}
+    start = loop.time()
+
+    async def submit(_: int) -> None:
+        job_id = await gen.submit()
+        submitted[job_id] = loop.time()
+        fut = gen.future("completed", job_id)
+        fut.add_done_callback(lambda _f, j=job_id: completed.setdefault(j, loop.time()))
+
+    await gen.bounded(list(range(jobs)), concurrency, submit)
+    waiting = [gen.future("completed", j) for j in submitted]
+    await asyncio.wait(waiting, timeout=max(0.0, start + limit_s - loop.time()))
+    finished_at = max(completed.values(), default=loop.time())
+
+    async def went_to_departed(job_id: str) -> bool:
+        record = await gen.admin_request("GET", f"/api/queue/{job_id}")
+        return any(a.get("worker_id") in gone for a in record.get("attempt_history", []))
+
+    sent_away = await gen.bounded(list(submitted), concurrency, went_to_departed)
+    return {
+        "jobs": len(submitted),
+        "completed": len(completed),
+        "unfinished": len(submitted) - len(completed),
+        "sent_to_departed": sum(sent_away),
+        "seconds": finished_at - start,
+        "rate": len(completed) / max(1e-9, finished_at - start),
+        "job_ms": [(completed[j] - submitted[j]) * 1000 for j in completed],
     }
