@@ -8,7 +8,8 @@ What each family proves, and what it cannot:
   every restart and is completed exactly once (one ``completed`` attempt, one
   ``completed`` timeline entry), or failed after its last allowed attempt with the
   reason recorded, or (only when the run could not settle) still live. Attempts are
-  numbered 1..n, each but the last ended ``lost`` with a reason, each one in the
+  numbered 1..n, each but the last ended ``lost`` (or ``undelivered``: its stream closed
+  before the acknowledgement, which spends no retry) with a reason, each one in the
   timeline (dispatched, started when it was, and its end), and attempt k ended before
   attempt k+1 was dispatched: the orchestrator never had a job on two workers at once.
 - Records (per worker): the intervals [dispatched_at, ended_at] of all the attempts a
@@ -37,7 +38,14 @@ from dataclasses import dataclass, field
 # Timestamps cross the API as ISO strings with milliseconds (truncated).
 EPS_S = 0.01
 LIVE = frozenset({"pending", "dispatched", "running"})
-END_EVENT = {"lost": "requeued", "completed": "completed", "failed": "failed"}
+END_EVENT = {
+    "lost": "requeued",
+    "undelivered": "requeued",
+    "completed": "completed",
+    "failed": "failed",
+}
+# Outcomes that put the job back in the queue; an undelivered attempt spends no retry.
+REQUEUED = ("lost", "undelivered")
 
 
 @dataclass(frozen=True)
@@ -170,9 +178,9 @@ def check_attempt_chain(job: JobView, findings: Findings) -> None:
             findings.bad(f"{jid}: job {job.status} but its attempt {attempt.number} ended")
         if attempt.ended_at + EPS_S < attempt.dispatched_at:
             findings.bad(f"{jid}: attempt {attempt.number} ended before it was dispatched")
-        if not last and attempt.outcome != "lost":
+        if not last and attempt.outcome not in REQUEUED:
             findings.bad(f"{jid}: attempt {attempt.number} ended {attempt.outcome!r}, then retried")
-        if attempt.outcome == "lost" and not attempt.reason:
+        if attempt.outcome in REQUEUED and not attempt.reason:
             findings.bad(f"{jid}: attempt {attempt.number} was lost without a recorded reason")
         if not last:
             following = job.history[index + 1]
@@ -200,12 +208,15 @@ def check_outcome(job: JobView, findings: Findings) -> None:
     if job.status == "failed":
         if not job.error:
             findings.bad(f"{jid}: failed without a recorded reason")
-        elif job.attempts != job.max_retries + 1 or "no retries left" not in job.error:
+        elif (
+            job.attempts - outcomes.count("undelivered") != job.max_retries + 1
+            or "no retries left" not in job.error
+        ):
             findings.bad(
                 f"{jid}: failed after {job.attempts} of {job.max_retries + 1} attempts: "
                 f"{job.error!r} (the chaos trainer never fails by itself)"
             )
-    if job.status == "pending" and outcomes and outcomes[-1] != "lost":
+    if job.status == "pending" and outcomes and outcomes[-1] not in REQUEUED:
         findings.bad(f"{jid}: pending again, but its last attempt ended {outcomes[-1]!r}")
 
 
@@ -329,7 +340,7 @@ def _check_completed_run(job: JobView, runs: list[Execution], findings: Findings
 def given_up(attempt: AttemptView) -> bool:
     """The orchestrator stopped counting on this attempt without hearing it end: its
     worker was lost (requeued, or failed with no retries left)."""
-    if attempt.outcome == "lost":
+    if attempt.outcome in REQUEUED:
         return True
     return attempt.outcome == "failed" and "no retries left" in (attempt.reason or "")
 

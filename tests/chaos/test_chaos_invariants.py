@@ -205,6 +205,35 @@ def test_failed_only_after_its_retries_with_a_reason() -> None:
     assert any("failed without a recorded reason" in v for v in check(evidence).violations)
 
 
+def test_an_undelivered_attempt_is_requeued_and_spends_no_retry() -> None:
+    # Attempt 1's stream closed before it acknowledged, and it did not come back in time.
+    evidence = clean()
+    reason = "worker w_one's stream closed before it acknowledged the job"
+    job = replace_attempt(evidence.jobs["j_1"], 1, outcome="undelivered", reason=reason)
+    evidence.jobs["j_1"] = job
+    assert check(evidence).violations == []
+    # Failed after its last retry: with max_retries=0 that is attempt 2, not 1.
+    failed = replace_attempt(job, 2, outcome="failed", reason="no retries left")
+    failed = dataclasses.replace(
+        failed,
+        status="failed",
+        max_retries=0,
+        error="worker w_two lost; no retries left (max_retries=0)",
+        timeline=tuple(
+            dataclasses.replace(e, kind="failed") if e.kind == "completed" else e
+            for e in job.timeline
+        ),
+    )
+    evidence.jobs["j_1"] = failed
+    evidence.ledger = [evidence.ledger[0]]
+    assert check(evidence).violations == []
+    lost = replace_attempt(failed, 1, outcome="lost")
+    evidence.jobs["j_1"] = lost
+    assert any("failed after 2 of 1 attempts" in v for v in check(evidence).violations)
+    evidence.jobs["j_1"] = replace_attempt(job, 1, reason=None)
+    assert any("without a recorded reason" in v for v in check(evidence).violations)
+
+
 def test_every_attempt_must_be_in_the_timeline() -> None:
     evidence = clean()
     job = evidence.jobs["j_1"]
