@@ -113,12 +113,15 @@ class _RecordingExecutor:
         from tunefleet.agent.job_events import JobOutcome
 
         self.specs.append(spec)
-        return JobOutcome("completed", 0, None, [])
+        return JobOutcome("completed", 0, None, [], {"stored": True, "keys": 2, "bytes": 10})
 
 
 class _QuietFleet:
+    def __init__(self) -> None:
+        self.reports: list[Any] = []
+
     async def report_status(self, *args: Any) -> None:
-        return None
+        self.reports.append(args[-1])
 
     def report_written(self, *args: Any) -> None:
         return None
@@ -143,3 +146,22 @@ async def test_the_local_trainer_gets_the_upload_credentials() -> None:
         assert env[f"{name}_UPLOAD_TOKEN"] == submit["upload_token"]
     await runner._run({**submit, "upload_endpoint": "", "upload_token": ""})
     assert "TUNEFLEET_UPLOAD_TOKEN" not in executor.specs[1].env
+
+
+async def test_the_local_runner_stores_outputs_and_says_so_in_its_final_report() -> None:
+    executor = _RecordingExecutor()
+    fleet = _QuietFleet()
+    runner = LocalRunner(fleet, executor, GpuInventory())  # type: ignore[arg-type]
+    submit = {
+        "job_id": "j_1",
+        "attempt": 3,
+        "config": {},
+        "upload_endpoint": "http://127.0.0.1:8001/api/artifacts",
+        "upload_token": "ut_" + "x" * 43,
+        "resume_checkpoint": "checkpoint-40",
+    }
+    await runner._run(submit)
+    plan = executor.specs[0].artifacts
+    assert (plan.endpoint, plan.resume_checkpoint) == (submit["upload_endpoint"], "checkpoint-40")
+    final = fleet.reports[-1]
+    assert (final.status, final.outputs) == ("completed", {"stored": True, "keys": 2, "bytes": 10})

@@ -159,7 +159,9 @@ class LocalRunner:
                     await self.fleet.report_logs(LOCAL_WORKER_ID, job_id, spec.attempt, lines)
 
             outcome: JobOutcome = await self.executor.run(spec, on_event)
-            await self._report(job_id, outcome.status, self._progress, outcome.error)
+            await self._report(
+                job_id, outcome.status, self._progress, outcome.error, outcome.outputs
+            )
         except Exception as error:
             log.exception("local job failed to run", job_id=job_id)
             with contextlib.suppress(Exception):
@@ -179,7 +181,14 @@ class LocalRunner:
         return {"CUDA_VISIBLE_DEVICES": ",".join(indices)}
 
     async def _report(
-        self, job_id: str, status: str, progress: dict[str, Any] | None, error: str | None
+        self,
+        job_id: str,
+        status: str,
+        progress: dict[str, Any] | None,
+        error: str | None,
+        outputs: dict[str, Any] | None = None,
     ) -> None:
-        report = m.StatusReported(LOCAL_WORKER_ID, status, progress, error, self._attempt)
+        report = m.StatusReported(
+            LOCAL_WORKER_ID, status, progress, error, self._attempt, outputs=outputs
+        )
         await self.fleet.report_status(LOCAL_WORKER_ID, job_id, report)
