@@ -183,7 +183,10 @@ def test_delete_is_refused_while_online_and_allowed_once_offline(
     with pytest.raises(ApiError) as refused:
         orchestrator.request("DELETE", f"/api/admin/workers/{worker_id}")
     assert refused.value.status == 409
-    assert "offline" in refused.value.body["detail"]
+    # A persistent agent never goes offline by a drain: the advice is the forced delete.
+    detail = refused.value.body["detail"]
+    assert detail.startswith(f"worker {worker_id} is idle and runs no job")
+    assert "delete it with ?force=true" in detail
     agent.stop()
     orchestrator.wait_worker(worker_id, "offline")
     deleted = orchestrator.request("DELETE", f"/api/admin/workers/{worker_id}")
