@@ -11,6 +11,8 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
+
 from tests.server.conftest import Server
 from tests.server.protocol import WorkerClient, eventually
 
@@ -381,3 +383,18 @@ async def test_artifacts_of_an_unknown_job_are_404(server: Server) -> None:
         assert resp.status == 404
     resp = await server.get("/api/queue/j_nope/artifacts/a.bin")
     assert resp.status == 404
+
+
+async def test_upload_tokens_never_reach_the_logs(
+    server: Server, capfd: pytest.CaptureFixture[str]
+) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    await up.stored("model.bin", b"x")
+    assert (await worker.report(up.job_id, "completed")).status == 200
+    await server.wait_job(up.job_id, "completed")
+    assert (await up.put("late.bin", b"y")).status == 401  # a refusal is logged and audited
+    out, err = capfd.readouterr()
+    assert "auth_failed" in out + err
+    assert up.token not in out + err
+    assert up.token[3:] not in json.dumps(await server.audit())

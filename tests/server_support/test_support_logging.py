@@ -151,6 +151,8 @@ def test_a_token_never_reaches_the_output(fmt: str) -> None:
 
 def test_redact_text_keeps_prefix_and_last_four() -> None:
     assert redact_text(f"use {WORKER_TOKEN} now") == f"use wt_…{WORKER_TOKEN[-4:]} now"
+    upload = "ut_" + WORKER_TOKEN[3:]  # an upload token, as job_submit carries it
+    assert redact_text(f'"upload_token": "{upload}"') == f'"upload_token": "ut_…{upload[-4:]}"'
     assert redact_text(f"token={API_TOKEN}&x=1") == f"token=tf_…{API_TOKEN[-4:]}&x=1"
     assert redact_text("a short one wt_abc123xyz") == "a short one wt_…"
 
