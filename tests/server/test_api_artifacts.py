@@ -335,6 +335,11 @@ async def test_people_list_download_and_delete_a_jobs_artifacts(server: Server) 
     up = Uploader(server, await dispatched(server, worker))
     data = bytes(range(256)) * 1000
     await up.stored("final/model.safetensors", data)
+    # An upload started and never finished: deleting the job's artifacts drops its parts.
+    started = await server.client.post(up.url("half.bin") + "?uploads", headers=up.headers())
+    upload_id = (await started.json())["upload_id"]
+    part = f"{up.url('half.bin')}?partNumber=1&uploadId={upload_id}"
+    assert (await server.client.put(part, data=b"p", headers=up.headers())).status == 200
     listing = await server.ok("GET", f"/api/queue/{up.job_id}/artifacts")
     (item,) = listing["artifacts"]
     assert item["key"] == "final/model.safetensors" and item["size"] == len(data)
@@ -357,6 +362,7 @@ async def test_people_list_download_and_delete_a_jobs_artifacts(server: Server) 
     gone = await server.ok("DELETE", f"/api/queue/{up.job_id}/artifacts")
     assert gone == {"job_id": up.job_id, "deleted": 1}
     assert objects_on_disk(server, up.job_id) == set()
+    assert list((server.data_dir / "artifacts" / ".multipart").iterdir()) == []
     assert (await server.ok("GET", f"/api/queue/{up.job_id}/artifacts"))["artifacts"] == []
     kinds = {e["kind"] for e in await server.audit()}
     assert {"artifact.uploaded", "artifact.downloaded", "artifacts.deleted"} <= kinds

@@ -7,6 +7,7 @@ attempt runs), what completes a checkpoint (its manifest, uploaded last), retent
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ import structlog
 from tunefleet.artifacts.keys import check_key, manifest_checkpoint
 from tunefleet.artifacts.store import ArtifactStore, StoredObject
 from tunefleet.audit import AuditKind, AuditLog
-from tunefleet.errors import BadRequest
+from tunefleet.errors import BadRequest, TunefleetError
 from tunefleet.http.tokens import hash_token
 from tunefleet.storage.store import Store
 from tunefleet.storage.store_artifacts import ArtifactRow
@@ -202,6 +203,11 @@ class Artifacts:
 
     async def delete_job(self, job_id: str, actor: str) -> int:
         rows = await self.records.objects(job_id)
+        for upload in await self.records.multiparts(job_id):
+            # Parts of uploads never completed would otherwise stay on disk (or in the
+            # bucket, billed) forever.
+            with contextlib.suppress(TunefleetError):
+                await self.store.abort_multipart(job_id, upload.key, upload.id, upload.backend_id)
         await self.records.forget_job(job_id)
         await self.store.delete_prefix(job_id)
         await self.audit.record(

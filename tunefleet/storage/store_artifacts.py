@@ -187,6 +187,9 @@ class ArtifactRepo:
             MultipartRow, MultipartUpload.select().where(MultipartUpload.id == upload_id)
         )
 
+    def multiparts(self, job_id: str) -> list[MultipartRow]:
+        return rows_of(MultipartRow, MultipartUpload.select().where(MultipartUpload.job == job_id))
+
     def drop_multipart(self, upload_id: str) -> None:
         MultipartUpload.delete().where(MultipartUpload.id == upload_id).execute()
 
@@ -243,6 +246,9 @@ class ArtifactRecords:
 
     async def multipart(self, upload_id: str) -> MultipartRow | None:
         return await self.db.read(partial(self.repo.multipart, upload_id))
+
+    async def multiparts(self, job_id: str) -> list[MultipartRow]:
+        return await self.db.read(partial(self.repo.multiparts, job_id))
 
     async def drop_multipart(self, upload_id: str) -> None:
         await self.db.write(partial(self.repo.drop_multipart, upload_id))
