@@ -4,6 +4,7 @@ URLs, multipart included; manifests, retention and listings work as with the dis
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -227,3 +228,36 @@ async def test_deleting_a_jobs_artifacts_empties_its_prefix(server: Server, buck
     assert gone["deleted"] == 1
     left = bucket.list_objects_v2(Bucket=BUCKET, Prefix=f"fleet/jobs/{event['job_id']}/")
     assert left.get("KeyCount", 0) == 0
+
+
+async def _head_only(server: Server, path: str, token: str, length: int) -> bytes:
+    """Send a PUT's headers with Expect: 100-continue and no body; the answer's head."""
+    host, port = server.client.host, server.client.port
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(
+        f"PUT {path} HTTP/1.1\r\nHost: {host}\r\n{TOKEN_HEADER}: {token}\r\n"
+        f"Content-Length: {length}\r\nExpect: 100-continue\r\n\r\n".encode()
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+    writer.close()
+    return head
+
+
+async def test_expect_100_continue_gets_the_redirect_before_any_body_is_sent(
+    server: Server,
+) -> None:
+    event = await _job(server)
+    head = await _head_only(
+        server, f"{_base(event)}/big/model.bin", event["upload_token"], 10 * 1024**3
+    )
+    assert head.startswith(b"HTTP/1.1 307"), head
+    assert b"/fleet/jobs/" in head  # the Location: the bucket, not us
+    # A manifest still comes through the orchestrator: it is told to go on.
+    head = await _head_only(
+        server, f"{_base(event)}/checkpoint-1/.tunefleet-manifest.json", event["upload_token"], 10
+    )
+    assert head.startswith(b"HTTP/1.1 100"), head
+    # A bad token is answered by the handler, after 100 Continue: never a redirect.
+    head = await _head_only(server, f"{_base(event)}/x.bin", "ut_nope", 10)
+    assert head.startswith(b"HTTP/1.1 100"), head

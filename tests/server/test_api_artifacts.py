@@ -404,3 +404,13 @@ async def test_upload_tokens_never_reach_the_logs(
     assert "auth_failed" in out + err
     assert up.token not in out + err
     assert up.token[3:] not in json.dumps(await server.audit())
+
+
+async def test_expect_100_continue_uploads_to_the_embedded_store(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    resp = await server.client.put(
+        up.url("model.bin"), data=b"z" * 100_000, headers=up.headers(), expect100=True
+    )
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["size"] == 100_000

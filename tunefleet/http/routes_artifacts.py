@@ -10,10 +10,11 @@ raw bytes in and out, which OpenAPI cannot describe faithfully.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from pydantic import BaseModel, Field
 
 from tunefleet.artifacts.keys import check_key, check_prefix, manifest_checkpoint
@@ -80,17 +81,59 @@ async def _multipart(
     return row.backend_id, row
 
 
-@routes.route("PUT", _OBJECT, include_in_schema=False, auth="upload")
+async def _bucket_location(
+    request: web.Request, artifacts: Artifacts, scope: UploadScope, key: str
+) -> str | None:
+    """Where a bucket store wants this PUT's bytes (a presigned URL); None when they come
+    through the orchestrator (the embedded store, or a checkpoint's manifest)."""
+    store = artifacts.store
+    if not store.presigns:
+        return None
+    if "uploadId" in request.query:
+        backend_id, _ = await _multipart(artifacts, scope, key, request.query["uploadId"])
+        return store.presign_part(scope.job_id, key, backend_id, _part_number(request))
+    if manifest_checkpoint(key) is not None:
+        return None
+    return store.presign_put(scope.job_id, key, Checks.from_headers(request.headers))
+
+
+async def redirect_before_the_body(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue``: with a bucket store a PUT is answered 307 before the
+    client sends a byte of its body, so the bytes cross the network once, to the bucket.
+    Otherwise (and on any error, which the handler then answers) 100 Continue."""
+    artifacts = request.app.get(keys.ARTIFACTS)
+    if artifacts is not None and artifacts.store.presigns:
+        with contextlib.suppress(Exception):
+            scope = await artifacts.scope_for(request.headers.get(UPLOAD_TOKEN_HEADER))
+            location = await _bucket_location(request, artifacts, scope, _key(request))
+            if location is not None:
+                return _redirect(location)
+    if request.version == HttpVersion11 and request.headers.get("Expect", "").lower() == (
+        "100-continue"
+    ):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+    return None
+
+
+@routes.route(
+    "PUT",
+    _OBJECT,
+    include_in_schema=False,
+    auth="upload",
+    expect_handler=redirect_before_the_body,
+)
 async def artifact_put(request: web.Request) -> web.StreamResponse:
     artifacts, scope = await _scope(request)
     key = _key(request)
     checks = Checks.from_headers(request.headers)
     store = artifacts.store
+    location = await _bucket_location(request, artifacts, scope, key)
+    if location is not None:
+        return _redirect(location)
     if "uploadId" in request.query:
-        backend_id, _ = await _multipart(artifacts, scope, key, request.query["uploadId"])
+        await _multipart(artifacts, scope, key, request.query["uploadId"])
         number = _part_number(request)
-        if store.presigns:
-            return _redirect(store.presign_part(scope.job_id, key, backend_id, number))
         part = await store.put_part(
             request.query["uploadId"], number, request.content.iter_any(), checks
         )
@@ -98,8 +141,6 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
     if manifest_checkpoint(key) is not None:
         data = await read_body(request, MAX_MANIFEST_BYTES)
         row = await artifacts.put_manifest(scope, key, data, request.remote)
-    elif store.presigns:
-        return _redirect(store.presign_put(scope.job_id, key, checks))
     else:
         obj = await store.put(scope.job_id, key, request.content.iter_any(), checks)
         row = await artifacts.stored(scope, key, obj, request.remote)
