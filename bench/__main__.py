@@ -36,6 +36,7 @@ BENCHMARKS: tuple[str, ...] = (
     "agent_artifacts",
     "artifact_upload",
     "departed_workers",
+    "metric_history",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -85,6 +85,36 @@ def update_each(
     return int(cursor.rowcount)
 
 
+def select_where(
+    model: type[pw.Model], columns: Sequence[str], *, equal: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    """SELECT ``columns`` of ``model`` WHERE every ``equal`` field equals its value: the
+    rows as the database holds them (JSON as text), for a lookup on every report."""
+    db = _database()
+    fields = model._meta.fields
+    key: tuple[Any, ...] = ("select", model, type(db), tuple(columns), tuple(equal))
+    sql = _SQL.get(key)
+    if sql is None:
+        names = ", ".join(_quoted(db, fields[name].column_name) for name in columns)
+        where = " AND ".join(f"{_quoted(db, fields[n].column_name)} = {db.param}" for n in equal)
+        sql = _SQL[key] = f"SELECT {names} FROM {_quoted(db, model._meta.table_name)} WHERE {where}"
+    params = [fields[name].db_value(value) for name, value in equal.items()]
+    return list(db.execute_sql(sql, params).fetchall())
+
+
+def delete_where(model: type[pw.Model], *, equal: Mapping[str, Any]) -> int:
+    """DELETE FROM ``model`` WHERE every ``equal`` field equals its value."""
+    db = _database()
+    fields = model._meta.fields
+    key: tuple[Any, ...] = ("delete", model, type(db), tuple(equal))
+    sql = _SQL.get(key)
+    if sql is None:
+        where = " AND ".join(f"{_quoted(db, fields[n].column_name)} = {db.param}" for n in equal)
+        sql = _SQL[key] = f"DELETE FROM {_quoted(db, model._meta.table_name)} WHERE {where}"
+    params = [fields[name].db_value(value) for name, value in equal.items()]
+    return int(db.execute_sql(sql, params).rowcount)
+
+
 def _database() -> pw.Database:
     db = database_proxy.obj
     if db is None:  # the same refusal as the models' own queries off the DB thread

@@ -14,9 +14,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from tunefleet.storage.models import JobMetric
+from tunefleet.storage.models import JobMetric, canonical_json
 from tunefleet.storage.rows import JobMetricRow, rows_of
-from tunefleet.storage.statements import insert_row
+from tunefleet.storage.statements import delete_where, insert_row, select_where
 
 MAX_POINTS_PER_ATTEMPT = 1000
 MAX_METRICS_PER_POINT = 32
@@ -67,14 +67,14 @@ class MetricRepo:
         """Store the point; a step already stored for the attempt is replaced (with a new
         id, so readers following `since` see the change) unless its values are the same.
         False when nothing changed (a heartbeat repeating the last report)."""
-        where = (JobMetric.job == job_id, JobMetric.attempt == attempt, JobMetric.step == step)
-        same_step = JobMetric.select(JobMetric.id, JobMetric.values).where(*where).tuples()
-        found = same_step.first()
+        stored = canonical_json(values)
+        where = {"job": job_id, "attempt": attempt, "step": step}
+        found = select_where(JobMetric, ("id", "values"), equal=where)
         count = self._count(job_id, attempt)
-        if found is not None:
-            if found[1] == dict(values):
+        if found:
+            if found[0][1] == stored:
                 return False
-            JobMetric.delete().where(JobMetric.id == found[0]).execute()
+            delete_where(JobMetric, equal={"id": found[0][0]})
             count -= 1
         insert_row(
             JobMetric, {"job": job_id, "attempt": attempt, "step": step, "at": at, "values": values}
