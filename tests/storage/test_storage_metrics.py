@@ -106,7 +106,7 @@ async def test_a_long_run_stays_bounded_and_even_from_its_first_step(
         most = 0
         for step in range(steps):
             repos.metrics.append("j_1", 1, step, {"loss": 1.0 / (step + 1)}, float(step))
-            most = max(most, repos.metrics._count("j_1", 1))
+            most = max(most, repos.metrics.count("j_1", 1))
         return most
 
     assert await store.atomically(run) <= bound
@@ -161,3 +161,20 @@ async def test_a_deleted_job_takes_its_metrics_with_it(store: Store) -> None:
     await store.append_metrics("j_1", 1, 1, {"loss": 1.0}, 1.0)
     await store.db.write(lambda: Job.delete().where(Job.id == "j_1").execute())
     assert await store.read_metrics("j_1") == []
+
+
+async def test_an_earlier_step_is_looked_up_even_after_a_restart(store: Store) -> None:
+    await _job(store)
+    for step in (1, 2, 3):
+        await store.append_metrics("j_1", 1, step, {"loss": float(step)}, 1.0)
+    restarted = Store(store.db)  # what it knew of the attempt is read again
+    assert not await restarted.append_metrics("j_1", 1, 2, {"loss": 2.0}, 2.0)
+    assert await restarted.append_metrics("j_1", 1, 2, {"loss": 0.2}, 2.0)
+    assert await restarted.append_metrics("j_1", 1, 0, {"loss": 0.0}, 2.0)
+    rows = await restarted.read_metrics("j_1")
+    assert sorted((r.step, r.values["loss"]) for r in rows) == [
+        (0, 0.0),
+        (1, 1.0),
+        (2, 0.2),
+        (3, 3.0),
+    ]

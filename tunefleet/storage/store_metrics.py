@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
+import peewee as pw
+
 from tunefleet.storage.models import JobMetric, canonical_json
 from tunefleet.storage.rows import JobMetricRow, rows_of
 from tunefleet.storage.statements import delete_where, insert_row, select_where
@@ -54,12 +56,13 @@ def _finite(value: object) -> TypeGuard[float]:
 
 class MetricRepo:
     def __init__(self) -> None:
-        # Points stored per (job, attempt): read once, then kept up to date by our own
-        # writes, so a report costs no COUNT. Forgotten on rollback (Store wires that).
-        self._counts: dict[tuple[str, int], int] = {}
+        # (points stored, highest step) per (job, attempt): read once, then kept up to
+        # date by our own writes, so a report costs no COUNT, and a step past the highest
+        # (the usual report) needs no lookup. Forgotten on rollback (Store wires that).
+        self._known: dict[tuple[str, int], tuple[int, int]] = {}
 
     def forget_counts(self) -> None:
-        self._counts.clear()
+        self._known.clear()
 
     def append(
         self, job_id: str, attempt: int, step: int, values: Mapping[str, float], at: float
@@ -67,22 +70,22 @@ class MetricRepo:
         """Store the point; a step already stored for the attempt is replaced (with a new
         id, so readers following `since` see the change) unless its values are the same.
         False when nothing changed (a heartbeat repeating the last report)."""
-        stored = canonical_json(values)
-        where = {"job": job_id, "attempt": attempt, "step": step}
-        found = select_where(JobMetric, ("id", "values"), equal=where)
-        count = self._count(job_id, attempt)
-        if found:
-            if found[0][1] == stored:
-                return False
-            delete_where(JobMetric, equal={"id": found[0][0]})
-            count -= 1
+        count, highest = self._state(job_id, attempt)
+        if step <= highest:
+            where = {"job": job_id, "attempt": attempt, "step": step}
+            found = select_where(JobMetric, ("id", "values"), equal=where)
+            if found:
+                if found[0][1] == canonical_json(values):
+                    return False
+                delete_where(JobMetric, equal={"id": found[0][0]})
+                count -= 1
         insert_row(
             JobMetric, {"job": job_id, "attempt": attempt, "step": step, "at": at, "values": values}
         )
         count += 1
         if count > MAX_POINTS_PER_ATTEMPT:
             count = self._thin(job_id, attempt)
-        self._remember(job_id, attempt, count)
+        self._remember(job_id, attempt, count, max(highest, step))
         return True
 
     def read(
@@ -94,17 +97,22 @@ class MetricRepo:
             query = query.where(JobMetric.attempt == attempt)
         return rows_of(JobMetricRow, query.order_by(JobMetric.id).limit(limit))
 
-    def _count(self, job_id: str, attempt: int) -> int:
-        count = self._counts.get((job_id, attempt))
-        if count is None:
-            query = JobMetric.select().where(JobMetric.job == job_id, JobMetric.attempt == attempt)
-            count = int(query.count())
-        return count
+    def count(self, job_id: str, attempt: int) -> int:
+        return self._state(job_id, attempt)[0]
 
-    def _remember(self, job_id: str, attempt: int, count: int) -> None:
-        if len(self._counts) >= _COUNTS_KEPT and (job_id, attempt) not in self._counts:
-            self._counts.clear()  # finished jobs' counts are never needed again
-        self._counts[(job_id, attempt)] = count
+    def _state(self, job_id: str, attempt: int) -> tuple[int, int]:
+        known = self._known.get((job_id, attempt))
+        if known is None:
+            query: Any = JobMetric.select(pw.fn.COUNT(JobMetric.id), pw.fn.MAX(JobMetric.step))
+            query = query.where(JobMetric.job == job_id, JobMetric.attempt == attempt)
+            count, highest = query.tuples().get()
+            known = (int(count), -1 if highest is None else int(highest))
+        return known
+
+    def _remember(self, job_id: str, attempt: int, count: int, highest: int) -> None:
+        if len(self._known) >= _COUNTS_KEPT and (job_id, attempt) not in self._known:
+            self._known.clear()  # finished jobs' are never needed again
+        self._known[(job_id, attempt)] = (count, highest)
 
     def _thin(self, job_id: str, attempt: int) -> int:
         """Keep the first point of each 2^k-step interval and the newest; returns how many
