@@ -8,19 +8,14 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import shutil
-import socket
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
 
+from tests.fakes.moto_s3 import AWS_ENV, moto_server
 from tests.server.conftest import Server
 
 boto3 = pytest.importorskip("boto3", reason="boto3 is in the test extra: pip install -e '.[test]'")
@@ -30,49 +25,15 @@ BUCKET = "tunefleet-test"
 TOKEN_HEADER = "X-Upload-Token"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """moto_server (moto[server], in the test extra) as a separate process."""
-    binary = shutil.which("moto_server") or str(Path(__file__).parents[2] / ".venv/bin/moto_server")
-    if not Path(binary).exists():
-        pytest.skip("moto_server not found: pip install -e '.[test]' (it brings moto[server])")
-    port = _free_port()
-    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
-    process = subprocess.Popen(
-        [binary, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/moto-api/", timeout=1).close()
-            break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.skip(f"moto_server did not start on port {port} (see {log.name})")
-            time.sleep(0.2)
-    try:
+    with moto_server(tmp_path_factory.mktemp("moto")) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
 
 
 @pytest.fixture
 def bucket(s3_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
+    for name, value in AWS_ENV.items():
         monkeypatch.setenv(name, value)
     client = boto3.client("s3", endpoint_url=s3_url)
     with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
