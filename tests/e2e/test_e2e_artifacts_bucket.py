@@ -65,8 +65,8 @@ def orchestrator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Or
 
 def test_with_a_bucket_a_killed_job_resumes_from_the_bucket_and_its_model_comes_back(
     orchestrator: Orchestrator,
-    agents: list[Agent],
-    tmp_path: Path,  # noqa: F811
+    agents: list[Agent],  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
 ) -> None:
     first = start_agent(orchestrator, agents, tmp_path, "gpu-a")
     job_id = orchestrator.submit(config_name="resumable", target="worker")["job_id"]
