@@ -41,6 +41,9 @@ def ui_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # ~4 s of training: long enough to watch the log grow, short enough for the suite.
     write_tiny_config(configs, "tiny-watch", max_train_steps=80, step_seconds=0.05)
     write_tiny_config(configs, "tiny-quick", max_train_steps=20, step_seconds=0.02)
+    write_tiny_config(
+        configs, "tiny-checkpoints", max_train_steps=30, step_seconds=0.02, checkpointing_steps=10
+    )
     return configs
 
 

@@ -1,9 +1,11 @@
-"""The job page's charts draw the stored metric history: one step axis from step 0 for
-every chart, the same after a reload, live while the job runs, and a CSV download."""
+"""The job page shows what the orchestrator stores of a job: its metric history (one step
+axis from step 0 for every chart, the same after a reload, a CSV download) and its
+artifacts (checkpoints and files, each file downloadable with the token)."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import re
 import uuid
@@ -71,4 +73,38 @@ def test_every_chart_shares_one_step_axis_from_0_and_survives_a_reload(
     rows = list(csv.reader(io.StringIO(saved.read_text())))
     assert rows[0] == ["attempt", "step", "at", "loss", "epoch", "lr"]
     assert len(rows) == len(points) + 1
+    assert problems.unexpected() == []
+
+
+def test_the_job_page_lists_stored_outputs_and_checkpoints_and_downloads_one(
+    page: Any,
+    orchestrator: Orchestrator,
+    start_agent: Callable[..., Agent],
+    problems: PageProblems,
+    tmp_path: Path,
+) -> None:
+    job_id, _ = _ran(orchestrator, start_agent, "tiny-checkpoints")
+    listing = orchestrator.request("GET", f"/api/queue/{job_id}/artifacts")
+    model = next(a for a in listing["artifacts"] if a["key"] == "model.json")
+    sign_in(page, orchestrator, route=f"#/jobs/{job_id}")
+    panel = page.locator("#job-artifacts")
+    checkpoints = panel.get_by_role("list", name="Checkpoints").locator("li")
+    expect(checkpoints).to_have_count(len(listing["checkpoints"]))
+    newest = listing["checkpoints"][0]
+    expect(checkpoints.first).to_contain_text(f"{newest['name']}step {newest['step']}")
+    row = panel.locator('tr[data-key="model.json"]')
+    expect(row).to_contain_text(f"{model['size']} B")
+    expect(row.locator("td.key")).to_have_attribute("title", f"SHA-256 {model['sha256']}")
+    rows = panel.get_by_role("table", name="Stored files").locator("tbody tr")
+    expect(rows).to_have_count(len(listing["artifacts"]))
+
+    with page.expect_download() as download_info:
+        row.get_by_role("button", name="Download model.json").click()
+    download = download_info.value
+    assert download.suggested_filename == "model.json"
+    saved = tmp_path / "model.json"
+    download.save_as(saved)
+    assert hashlib.sha256(saved.read_bytes()).hexdigest() == model["sha256"]
+    # The timeline says what was stored.
+    expect(page.locator("#job-timeline")).to_contain_text(f"{newest['name']} stored")
     assert problems.unexpected() == []

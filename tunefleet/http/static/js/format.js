@@ -71,3 +71,17 @@ export function percentOf(progress) {
   }
   return null;
 }
+
+/** A byte count as people read it: 512 B, 1.5 KiB, 2.0 GiB. */
+export function bytes(value) {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) return '—';
+  if (value < 1024) return `${value} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let n = value / 1024;
+  let unit = 0;
+  while (n >= 1024 && unit < units.length - 1) {
+    n /= 1024;
+    unit += 1;
+  }
+  return `${n.toFixed(n >= 100 ? 0 : 1)} ${units[unit]}`;
+}

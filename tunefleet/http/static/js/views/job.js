@@ -8,6 +8,7 @@ import { ago, dateTime, duration, gb, metric, percentOf } from '../format.js';
 import { live } from '../live.js';
 import { MAX_LIVE_POINTS, MetricHistory } from '../metrics.js';
 import { confirmAction, toast } from '../ui.js';
+import { artifactsPanel } from './job_artifacts.js';
 import { logPanel } from './job_logs.js';
 import { runSeconds, waitSeconds } from './queue.js';
 
@@ -39,8 +40,14 @@ export function describeEvent(entry) {
       return { title: 'Failed', note: reason ?? '', bad: true };
     case 'cancelled':
       return { title: 'Cancelled', note: reason ?? '' };
+    case 'resumed':
+    case 'checkpoint_stored':
+    case 'artifacts_stored':
+      return { title: entry.detail?.message ?? entry.kind, note: attempt };
+    case 'artifacts_not_stored':
+      return { title: 'Artifacts not stored', note: reason ?? '', bad: true };
     default:
-      return { title: entry.kind, note: reason ?? '' };
+      return { title: entry.detail?.message ?? entry.kind, note: reason ?? '' };
   }
 }
 
@@ -68,6 +75,7 @@ export function mount(main, { args }) {
   const notice = h('div', { class: 'notice' });
 
   const logs = logPanel(jobId, { onEnd: () => reloadSoon() });
+  const artifacts = artifactsPanel(jobId);
 
   main.append(
     h('p', {}, h('a', { href: '#/queue' }, '← Queue')),
@@ -83,6 +91,7 @@ export function mount(main, { args }) {
           h('div', { class: 'card-body stack' },
             h('div', { class: 'big-progress' }, h('div', { class: 'meta' }, pctText, stepText), bigBar),
             chartsNote, chartsBox)),
+        artifacts.el,
         h('section', { class: 'card', 'aria-labelledby': 'log-title' }, logs.el)),
       h('div', { class: 'stack' },
         h('section', { class: 'card', 'aria-labelledby': 'timeline-title' },
@@ -222,6 +231,7 @@ export function mount(main, { args }) {
       job = data;
       renderAll();
       loadMetrics();
+      artifacts.load();
     } catch (error) {
       if (seq !== loadSeq) return;
       if (error.status === 404) {
@@ -313,6 +323,8 @@ export function mount(main, { args }) {
     fleet.subscribe(() => job && (renderFacts(), renderTimeline())),
   ];
   const ticker = setInterval(tick, 1000);
+  // Checkpoints are stored while the job runs, with no event of their own on the feed.
+  const refresher = setInterval(() => job && !TERMINAL.has(job.status) && reloadSoon(), 10_000);
   const redraw = () => drawCharts();
   window.addEventListener('resize', redraw);
   reload();
@@ -322,6 +334,7 @@ export function mount(main, { args }) {
     unmount() {
       offs.forEach((off) => off());
       clearInterval(ticker);
+      clearInterval(refresher);
       window.removeEventListener('resize', redraw);
       reloadSoon.cancel();
       logs.stop();
