@@ -17,7 +17,7 @@ from agent_loop_testkit import (
 )
 
 from tunefleet import __version__
-from tunefleet.agent.client import INVALID_TOKEN_MESSAGE, InvalidToken
+from tunefleet.agent.client import API_TOKEN_GIVEN_MESSAGE, INVALID_TOKEN_MESSAGE, InvalidToken
 from tunefleet.agent.job_events import ArtifactPlan
 
 pytestmark = pytest.mark.timeout(30)
@@ -331,6 +331,19 @@ async def test_invalid_token_exits_without_retrying(proto: tuple[ProtocolServer,
         await agent.run()
     assert str(raised.value) == INVALID_TOKEN_MESSAGE
     assert "rotated" in str(raised.value)
+    assert len(server.requests) == 1
+
+
+async def test_an_api_token_given_to_the_agent_says_a_worker_token_is_needed(
+    proto: tuple[ProtocolServer, str],
+) -> None:
+    server, url = proto
+    agent = make_agent(url, worker_token="tf_" + "a" * 43)
+    with pytest.raises(InvalidToken) as raised:
+        await agent.run()
+    assert str(raised.value) == API_TOKEN_GIVEN_MESSAGE
+    assert "it is an API token (tf_...)" in str(raised.value)
+    assert "needs a worker token (wt_...)" in str(raised.value)
     assert len(server.requests) == 1
 
 

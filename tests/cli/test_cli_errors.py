@@ -60,6 +60,17 @@ def test_wrong_token_exits_4_with_the_401_message(tf: Invoke) -> None:
     assert "TUNEFLEET_TOKEN" in result.stderr
 
 
+def test_a_worker_token_given_to_the_cli_says_an_api_token_is_needed(tf: Invoke) -> None:
+    created = tf("workers", "create", "cli-token-mixup", "--json")
+    assert created.exit_code == 0, created.output
+    worker_token = json.loads(created.stdout)["token"]
+    result = tf("workers", "list", token=worker_token)
+    assert result.exit_code == 4
+    assert "it is a worker token (wt_...), which only `tunefleet worker` uses" in result.stderr
+    assert "Pass an API token (tf_...)" in result.stderr
+    assert worker_token not in result.stderr
+
+
 def test_no_token_exits_4_saying_how_to_give_one(tf: Invoke) -> None:
     result = tf("jobs", "list", token=None)
     assert result.exit_code == 4

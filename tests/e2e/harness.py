@@ -54,6 +54,9 @@ class Orchestrator:
     port: int = field(default_factory=free_port)
     heartbeat_timeout_s: float = 3.0
     extra_args: list[str] = field(default_factory=list)
+    # The process's working directory: relative --data-dir/--configs-dir are read from it.
+    cwd: Path | None = None
+    local_runner: bool = False
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     local_runner: bool = False
@@ -63,8 +66,9 @@ class Orchestrator:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Orchestrator:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.data_dir / f"server-{int(time.time() * 1000)}.log"
+        data_dir = (self.cwd or Path.cwd()) / self.data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = data_dir / f"server-{int(time.time() * 1000)}.log"
         args = [
             *TUNEFLEET,
             "server",
@@ -86,7 +90,7 @@ class Orchestrator:
             *self.extra_args,
         ]
         log = self.log_path.open("wb")
-        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
         wait_until(self._ready, timeout_s=30, what="the orchestrator to be ready")
         return self
 
@@ -177,6 +181,7 @@ class Agent:
     name: str
     persistent: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None  # a relative work_dir is read from here
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -194,10 +199,13 @@ class Agent:
         args = [*TUNEFLEET, "worker", "--work-dir", str(self.work_dir)]
         for key, value in self.labels.items():
             args += ["--labels", f"{key}={value}"]
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.work_dir / f"agent-{self.name}.log"
+        work_dir = (self.cwd or Path.cwd()) / self.work_dir
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = work_dir / f"agent-{self.name}.log"
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+        )
         return self
 
     def kill(self) -> None:

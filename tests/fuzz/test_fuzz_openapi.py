@@ -19,7 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.security.conftest import LiveFleet, fuzz_examples, running_fleet
-from tunefleet.http.auth import API_UNAUTHORIZED, WORKER_UNAUTHORIZED
+from tunefleet.http.auth import (
+    API_TOKEN_AS_WORKER,
+    API_UNAUTHORIZED,
+    WORKER_TOKEN_AS_API,
+    WORKER_UNAUTHORIZED,
+)
 from tunefleet.http.errors import REQUEST_ID_HEADER
 from tunefleet.http.openapi import RouteSpec
 from tunefleet.http.route_table import routes
@@ -141,6 +146,11 @@ def check_auth_outcome(
         assert status != 401, body
         return
     detail = WORKER_UNAUTHORIZED if spec.auth.kind == "worker" else API_UNAUTHORIZED
+    # A token of the other kind is named as such (told from its prefix).
+    if spec.auth.kind == "worker" and str(sent.get(name, "")).strip().startswith("tf_"):
+        detail = API_TOKEN_AS_WORKER
+    if spec.auth.kind == "api" and str(sent.get(name, "")).strip().startswith("Bearer wt_"):
+        detail = WORKER_TOKEN_AS_API
     assert (status, body) == (401, {"detail": detail})
 
 

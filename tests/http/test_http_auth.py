@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient, make_mocked_request
 from tunefleet.http.auth import (
     ADMIN_WORKERS,
     ALL_PERMISSIONS,
+    API_TOKEN_AS_WORKER,
     API_UNAUTHORIZED,
     AUDIT_READ,
     AUTH_FAILURE_HOOK_KEY,
@@ -20,6 +21,7 @@ from tunefleet.http.auth import (
     QUEUE_COMMAND,
     QUEUE_LOCAL,
     QUEUE_SUBMIT,
+    WORKER_TOKEN_AS_API,
     WORKER_UNAUTHORIZED,
     ApiPrincipal,
     AuthRequirement,
@@ -188,7 +190,6 @@ async def test_a_padded_worker_token_still_works(client: TestClient) -> None:
     [
         ({}, "no X-Worker-Token header"),
         ({"X-Worker-Token": "wt_" + "x" * 43}, "unknown or revoked worker token"),
-        ({"X-Worker-Token": ADMIN_TOKEN}, "unknown or revoked worker token"),
         ({"Authorization": f"Bearer {WORKER_TOKEN}"}, "no X-Worker-Token header"),
     ],
 )
@@ -201,6 +202,21 @@ async def test_worker_auth_failures_are_401_invalid_worker_token(
     assert (await response.json()) == {"detail": "Invalid worker token"}
     assert WORKER_UNAUTHORIZED == "Invalid worker token"
     assert hook.calls == [("worker", reason)]
+    assert_no_secret(hook.calls, logs)
+
+
+async def test_an_api_token_on_a_worker_endpoint_says_a_worker_token_is_needed(
+    client: TestClient, hook: Hook
+) -> None:
+    with structlog.testing.capture_logs() as logs:
+        response = await client.post("/worker", headers={"X-Worker-Token": ADMIN_TOKEN})
+    assert response.status == 401
+    detail = (await response.json())["detail"]
+    assert detail == API_TOKEN_AS_WORKER
+    # The protocol's words come first, so an agent matching on them still works.
+    assert detail.startswith("Invalid worker token: this is an API token (tf_...)")
+    assert "needs its worker token (wt_...)" in detail
+    assert hook.calls == [("worker", "unknown or revoked worker token")]
     assert_no_secret(hook.calls, logs)
 
 
@@ -223,7 +239,6 @@ async def test_an_admin_token_passes_and_is_looked_up_once(
         ({"Authorization": "Bearer "}, "empty Bearer token"),
         ({"Authorization": f"Basic {ADMIN_TOKEN}"}, "Authorization header is not a Bearer token"),
         ({"Authorization": "Bearer tf_unknown"}, "unknown or revoked API token"),
-        ({"Authorization": f"Bearer {WORKER_TOKEN}"}, "unknown or revoked API token"),
         ({"X-Worker-Token": WORKER_TOKEN}, "no Authorization header"),
     ],
 )
@@ -351,3 +366,18 @@ def test_parse_auth(spec: str, requirement: AuthRequirement) -> None:
 def test_parse_auth_refuses_typos(spec: str) -> None:
     with pytest.raises(ValueError, match="auth must be"):
         parse_auth(spec)
+
+
+async def test_a_worker_token_on_an_api_endpoint_says_an_api_token_is_needed(
+    client: TestClient, hook: Hook
+) -> None:
+    with structlog.testing.capture_logs() as logs:
+        response = await client.get("/admin", headers={"Authorization": f"Bearer {WORKER_TOKEN}"})
+    assert response.status == 401
+    detail = (await response.json())["detail"]
+    assert detail == WORKER_TOKEN_AS_API
+    assert "this is a worker token (wt_...)" in detail
+    assert "send an API token (tf_...)" in detail
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert hook.calls == [("api", "unknown or revoked API token")]
+    assert_no_secret(hook.calls, logs)

@@ -347,3 +347,19 @@ def test_query_booleans_read_like_people_write_them() -> None:
 
 def test_query_from_a_plain_mapping() -> None:
     assert parse_query_mapping({"limit": "7"}, JobListQuery).limit == 7
+
+
+def test_an_over_long_label_key_says_how_long_it_is_and_the_limit() -> None:
+    key = "team" * 50  # 200 characters: the location shows it cut short
+    body = json.dumps({"name": "w1", "labels": {key: "nlp"}}).encode()
+    with pytest.raises(ApiError) as raised:
+        parse_json_bytes(body, CreateWorkerRequest)
+    detail = raised.value.detail
+    assert detail == (
+        f'labels["{key[:40]}…"] (key): is 200 characters long; must be at most 128 characters'
+    )
+
+
+def test_format_loc_cuts_long_keys_so_the_problem_still_fits() -> None:
+    assert format_loc(("labels", "k" * 41)) == f'labels["{"k" * 40}…"]'
+    assert format_loc(("labels", "k" * 40)) == f"labels.{'k' * 40}"

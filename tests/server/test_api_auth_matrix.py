@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from tests.server.protocol import WorkerClient
-from tunefleet.http.auth import ALL_PERMISSIONS, API_UNAUTHORIZED, WORKER_UNAUTHORIZED
+from tunefleet.http.auth import (
+    ALL_PERMISSIONS,
+    API_TOKEN_AS_WORKER,
+    API_UNAUTHORIZED,
+    WORKER_TOKEN_AS_API,
+    WORKER_UNAUTHORIZED,
+)
 from tunefleet.http.openapi import RouteSpec
 from tunefleet.http.route_table import routes
 
@@ -134,7 +140,9 @@ async def test_credentials_matrix(fx: Fixture, spec: RouteSpec) -> None:
         }
         for case, headers in refusals.items():
             status, body, _ = await fx.call(spec, headers)
-            assert (status, body) == (401, {"detail": WORKER_UNAUTHORIZED}), case
+            wrong_kind = headers.get("X-Worker-Token", "").startswith("tf_")
+            expected = API_TOKEN_AS_WORKER if wrong_kind else WORKER_UNAUTHORIZED
+            assert (status, body) == (401, {"detail": expected}), case
     else:
         refusals = {
             "no token": {},
@@ -145,7 +153,8 @@ async def test_credentials_matrix(fx: Fixture, spec: RouteSpec) -> None:
         }
         for case, headers in refusals.items():
             status, body, resp_headers = await fx.call(spec, headers)
-            assert (status, body) == (401, {"detail": API_UNAUTHORIZED}), case
+            expected = WORKER_TOKEN_AS_API if case == "worker token as bearer" else API_UNAUTHORIZED
+            assert (status, body) == (401, {"detail": expected}), case
             assert resp_headers["WWW-Authenticate"] == "Bearer", case
         # A token with every permission but this route's own.
         others = [p for p in ALL_PERMISSIONS if p != permission]

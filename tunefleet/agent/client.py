@@ -23,6 +23,7 @@ import aiohttp
 from tunefleet import __version__
 from tunefleet.agent.sse import SseEvent, SseParser
 from tunefleet.errors import TunefleetError
+from tunefleet.http.tokens import API_TOKEN_PREFIX
 
 USER_AGENT = f"tunefleet-agent/{__version__}"
 
@@ -36,6 +37,12 @@ INVALID_TOKEN_MESSAGE = (
     "have been rotated or the worker deleted: ask an administrator for a new token "
     "(POST /api/admin/workers/<worker_id>/token), and check the token for stray whitespace."
 )
+API_TOKEN_GIVEN_MESSAGE = (
+    "Invalid token: the orchestrator rejected the token (HTTP 401) because it is an API "
+    "token (tf_...), which is for people and scripts. The worker agent needs a worker token "
+    "(wt_...): an administrator creates one with `tunefleet workers create NAME` (or POST "
+    "/api/admin/workers) and the response holds it."
+)
 TLS_HINT = (
     "If the orchestrator uses a self-signed certificate, pass its CA certificate with "
     "--ca-cert /path/to/ca.pem (or add it to the system trust store); --ssl-no-verify turns "
@@ -48,10 +55,11 @@ class AgentError(TunefleetError):
 
 
 class InvalidToken(AgentError):
-    """401: retrying cannot help; the agent exits."""
+    """401: retrying cannot help; the agent exits. ``api_token``: the token given was an
+    API token (its prefix says so), the commonest mix-up, so the message names it."""
 
-    def __init__(self) -> None:
-        super().__init__(INVALID_TOKEN_MESSAGE)
+    def __init__(self, *, api_token: bool = False) -> None:
+        super().__init__(API_TOKEN_GIVEN_MESSAGE if api_token else INVALID_TOKEN_MESSAGE)
 
 
 class TlsVerificationFailed(AgentError):
@@ -115,6 +123,7 @@ class WorkerClient:
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._headers = {"X-Worker-Token": token, "User-Agent": USER_AGENT}
+        self._api_token_given = token.startswith(API_TOKEN_PREFIX)
         self._tls = tls
         self._session: aiohttp.ClientSession | None = None
 
@@ -180,7 +189,8 @@ class WorkerClient:
         try:
             async with self._client().get(url, headers=headers, timeout=timeout) as response:
                 if response.status != 200:
-                    _raise_for_status(response.status, await _read_body(response), "job stream")
+                    data = await _read_body(response)
+                    self._raise_for_status(response.status, data, "job stream")
                 if response.content_type != "text/event-stream":
                     raise StreamLost(f"{url} answered {response.content_type}, not an event stream")
                 parser = SseParser()
@@ -228,8 +238,13 @@ class WorkerClient:
             ) from error
         except aiohttp.ClientError as error:
             raise connection_error(self.base_url, error) from error
-        _raise_for_status(response.status, data, what)
+        self._raise_for_status(response.status, data, what)
         return data
+
+    def _raise_for_status(self, status: int, data: Any, what: str) -> None:
+        if status == 401:
+            raise InvalidToken(api_token=self._api_token_given)
+        _raise_for_status(status, data, what)
 
 
 def connection_error(url: str, error: aiohttp.ClientError) -> AgentError:

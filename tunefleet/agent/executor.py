@@ -100,7 +100,8 @@ class JobExecutor:
         tail_lines: int = 20,
         artifacts: ArtifactOptions | None = None,
     ) -> None:
-        self.work_dir = Path(work_dir)
+        # Absolute: the trainer runs in its job directory and is given paths under this.
+        self.work_dir = Path(os.path.abspath(Path(work_dir).expanduser()))
         self.default_command = (
             shlex.split(default_command)
             if isinstance(default_command, str)

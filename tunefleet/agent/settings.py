@@ -8,6 +8,7 @@ what to pass, before anything connects.
 from __future__ import annotations
 
 import ipaddress
+import os
 import shlex
 import socket
 from collections.abc import Iterable, Mapping
@@ -130,10 +131,12 @@ def resolve_settings(
         name=(name or "").strip() or socket.gethostname(),
         persistent=persistent,
         labels=parse_labels(labels),
-        work_dir=(work_dir or DEFAULT_WORK_DIR).expanduser(),
+        # Absolute once, here: a job runs in its own directory, where a relative
+        # --work-dir would name some other place.
+        work_dir=_absolute(work_dir or DEFAULT_WORK_DIR),
         train_command=_train_command(train_command),
         ssl_no_verify=ssl_no_verify,
-        ca_cert=ca_cert.expanduser() if ca_cert is not None else None,
+        ca_cert=_absolute(ca_cert) if ca_cert is not None else None,
         heartbeat_interval_s=heartbeat_interval_s,
         stream_timeout_s=stream_timeout_s,
         reconnect_timeout_s=reconnect_timeout_s,
@@ -185,6 +188,10 @@ def _train_command(raw: str | None) -> tuple[str, ...]:
         return tuple(shlex.split(raw))
     except ValueError as error:
         raise SettingsError(f"--train-command {raw!r} cannot be parsed: {error}.") from error
+
+
+def _absolute(path: Path) -> Path:
+    return Path(os.path.abspath(path.expanduser()))
 
 
 def _is_loopback(url: str) -> bool:

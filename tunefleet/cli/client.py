@@ -29,6 +29,7 @@ from tunefleet import __version__
 from tunefleet.agent.sse import SseEvent, SseParser
 from tunefleet.errors import TunefleetError
 from tunefleet.http.tls import client_ssl_context
+from tunefleet.http.tokens import API_TOKEN_PREFIX, WORKER_TOKEN_PREFIX
 
 USER_AGENT = f"tunefleet-cli/{__version__}"
 DEFAULT_URL = "http://127.0.0.1:8001"
@@ -145,6 +146,14 @@ def status_error(conn: Connection, status: int, detail: str) -> CliError:
             return ConnectionProblem(
                 f"No API token: pass --token or set {ENV_TOKEN} (the orchestrator prints an "
                 "admin token on its first start; `tunefleet tokens create` makes more)."
+            )
+        if conn.token.startswith(WORKER_TOKEN_PREFIX):
+            return ConnectionProblem(
+                f"The orchestrator at {conn.base_url} rejected the token (HTTP 401): it is a "
+                f"worker token ({WORKER_TOKEN_PREFIX}...), which only `tunefleet worker` uses. "
+                f"Pass an API token ({API_TOKEN_PREFIX}...) with --token or {ENV_TOKEN}: the "
+                "admin token printed at the orchestrator's first start, or one from "
+                "`tunefleet tokens create`."
             )
         return ConnectionProblem(
             f"The orchestrator at {conn.base_url} rejected the API token (HTTP 401): it is "

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,12 @@ from tunefleet.storage.store import Store
 
 log = structlog.get_logger(__name__)
 
+
+def absolute_path(path: Path) -> Path:
+    """``~`` expanded and made absolute against the current directory (symlinks kept)."""
+    return Path(os.path.abspath(path.expanduser()))
+
+
 DEFAULT_TRAIN_COMMAND = ["python", "-m", "simpletuner.train"]
 
 
@@ -70,7 +77,18 @@ class ServerOptions:
 
     @classmethod
     def from_cli(cls, values: dict[str, Any]) -> ServerOptions:
-        return cls(**values)
+        return cls(**values).absolute()
+
+    def absolute(self) -> ServerOptions:
+        """Every path made absolute once, at start: a relative one (``make run``'s
+        ``.tunefleet``) would otherwise be read from whatever directory a job runs in."""
+        return replace(
+            self,
+            data_dir=absolute_path(self.data_dir),
+            configs_dir=absolute_path(self.configs_dir),
+            ssl_cert=absolute_path(self.ssl_cert) if self.ssl_cert else None,
+            ssl_key=absolute_path(self.ssl_key) if self.ssl_key else None,
+        )
 
     def fleet_settings(self) -> FleetSettings:
         return FleetSettings(
@@ -105,7 +123,7 @@ def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Applica
     """The application; storage, actors and the local runner live in its cleanup context,
     storage first so that it closes last."""
     app = web.Application(middlewares=middlewares(), client_max_size=1024**2)
-    app[keys.OPTIONS] = options
+    app[keys.OPTIONS] = options.absolute()
     app[keys.CLOCK] = clock or RealClock()
     app.cleanup_ctx.append(_storage)
     app.cleanup_ctx.append(_fleet)

@@ -17,7 +17,7 @@ import structlog
 from aiohttp import web
 
 from tunefleet.http.errors import ApiError
-from tunefleet.http.tokens import hash_token
+from tunefleet.http.tokens import API_TOKEN_PREFIX, WORKER_TOKEN_PREFIX, hash_token
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +45,18 @@ PermissionName = Literal[
 WORKER_UNAUTHORIZED = "Invalid worker token"
 API_UNAUTHORIZED = "Missing or invalid API token; send Authorization: Bearer <token>"
 WORKER_TOKEN_HEADER = "X-Worker-Token"
+# The wrong kind of token, recognised by its prefix alone (no lookup, so nothing leaks):
+# the protocol's words first, then which token is needed.
+API_TOKEN_AS_WORKER = (
+    f"{WORKER_UNAUTHORIZED}: this is an API token ({API_TOKEN_PREFIX}...); a worker agent "
+    f"needs its worker token ({WORKER_TOKEN_PREFIX}...), which POST /api/admin/workers "
+    "or `tunefleet workers create` returns"
+)
+WORKER_TOKEN_AS_API = (
+    f"Invalid API token: this is a worker token ({WORKER_TOKEN_PREFIX}...), which only the "
+    f"worker agent uses; send an API token ({API_TOKEN_PREFIX}...) as Authorization: Bearer "
+    "<token> (the admin token printed at the first start, or one from `tunefleet tokens create`)"
+)
 
 AuthKind = Literal["worker", "api", "upload"]
 
@@ -159,7 +171,9 @@ async def require_api(
             reason = "unknown or revoked API token"
         if principal is None:
             await report_auth_failure(request, "api", reason)
-            raise ApiError(401, API_UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+            wrong_kind = token is not None and token.startswith(WORKER_TOKEN_PREFIX)
+            detail = WORKER_TOKEN_AS_API if wrong_kind else API_UNAUTHORIZED
+            raise ApiError(401, detail, headers={"WWW-Authenticate": "Bearer"})
         request[API_PRINCIPAL_KEY] = principal
     if permission is not None and not principal.has(permission):
         why = f" (needed for {needed_for})" if needed_for else ""
@@ -171,7 +185,8 @@ async def require_api(
 
 async def require_worker(request: web.Request) -> WorkerPrincipal:
     """The worker this request's ``X-Worker-Token`` belongs to; 401 ``Invalid worker token``
-    when it is missing, unknown or revoked (the same words for each, as the protocol says)."""
+    when it is missing, unknown or revoked (the same words for each, as the protocol says),
+    followed by which token is needed when an API token was sent instead."""
     principal = request.get(WORKER_PRINCIPAL_KEY)
     if principal is not None:
         return principal
@@ -182,7 +197,8 @@ async def require_worker(request: web.Request) -> WorkerPrincipal:
     principal = await _authenticator(request).resolve_worker(hash_token(token))
     if principal is None:
         await report_auth_failure(request, "worker", "unknown or revoked worker token")
-        raise ApiError(401, WORKER_UNAUTHORIZED)
+        wrong_kind = token.startswith(API_TOKEN_PREFIX)
+        raise ApiError(401, API_TOKEN_AS_WORKER if wrong_kind else WORKER_UNAUTHORIZED)
     request[WORKER_PRINCIPAL_KEY] = principal
     return principal
 

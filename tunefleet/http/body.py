@@ -228,12 +228,16 @@ _SIMPLE_MESSAGES = {
 
 def validation_detail(error: ValidationError) -> str:
     """One line for the first problem, naming the field: ``gpu_count: must be ≥ 0``."""
-    problems = error.errors(include_url=False, include_input=False)
+    problems = error.errors(include_url=False, include_input=True)
     if not problems:
         return "request does not fit this endpoint; see docs/api.md"
     first = problems[0]
     where = format_loc(first["loc"])
     text = _message(first["type"], first.get("ctx") or {}, first["msg"])
+    key = bool(first["loc"]) and first["loc"][-1] == "[key]"
+    if key and first["type"] == "string_too_long" and isinstance(first.get("input"), str):
+        # The location shows an over-long key cut short: say how long it was.
+        text = f"is {len(first['input'])} characters long; {text}"
     line = f"{where}: {text}" if where else text
     if len(problems) > 1:
         more = len(problems) - 1
@@ -242,17 +246,20 @@ def validation_detail(error: ValidationError) -> str:
 
 
 def format_loc(loc: tuple[int | str, ...]) -> str:
-    """("lines", 3, "line") → ``lines[3].line``; odd dict keys are quoted."""
+    """("lines", 3, "line") → ``lines[3].line``; odd or long dict keys are quoted, and a
+    long one is cut with "…" so that what is wrong with it still fits the line."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         elif part == "[key]":
             out += " (key)"
-        elif part.isidentifier():
+        elif part.isidentifier() and len(part) <= _MAX_LOC_KEY_CHARS:
             out += f".{part}" if out else part
+        elif len(part) > _MAX_LOC_KEY_CHARS:
+            out += f'[{json.dumps(part[:_MAX_LOC_KEY_CHARS])[:-1]}…"]'
         else:
-            out += f"[{json.dumps(part[:_MAX_LOC_KEY_CHARS])}]"
+            out += f"[{json.dumps(part)}]"
     return out
 
 
