@@ -238,7 +238,11 @@ def test_validation_errors_name_the_field(body: dict[str, object], detail: str) 
 @pytest.mark.parametrize(
     ("model", "body", "detail"),
     [
-        (CreateWorkerRequest, {"name": "w", "labelz": {}}, "labelz: unknown field; remove it"),
+        (
+            CreateWorkerRequest,
+            {"name": "w", "labelz": {}},
+            "unknown field 'labelz' (did you mean 'labels'?)",
+        ),
         (
             CreateWorkerRequest,
             {"name": "w", "worker_type": "spot"},

@@ -17,6 +17,7 @@ from tunefleet.http.schemas import (
     JOB_STATUSES,
     REQUEST_MODELS,
     WORKER_STATUSES,
+    CancelJobRequest,
     CreateApiTokenRequest,
     CreateWorkerRequest,
     CreateWorkerResponse,
@@ -32,6 +33,7 @@ from tunefleet.http.schemas import (
     RegisterResponse,
     StrictRequestModel,
     SubmitJobRequest,
+    UpdateWorkerLabelsRequest,
     WorkerIdQuery,
     WorkerListResponse,
     WorkerSummary,
@@ -303,6 +305,48 @@ def test_job_submit_event_always_has_upload_fields_as_strings() -> None:
 def test_unknown_fields_from_agents_are_ignored() -> None:
     body = '{"worker_id": "w_1", "status": "idle", "timestamp": "2024-01-01T00:00:00Z", "x": [1]}'
     assert parse(HeartbeatRequest, body).status == "idle"
+    # What SimpleTuner's agent (and a newer tunefleet agent) may add on registering.
+    register = (
+        '{"name": "w", "persistent": true, "agent": "simpletuner", "version": "3.0",'
+        ' "gpu_info": {"name": "A100", "count": 1, "memory_total": 80, "uuid": "GPU-1"}}'
+    )
+    assert parse(RegisterRequest, register).gpu().count == 1
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "detail"),
+    [
+        (
+            SubmitJobRequest,
+            {"config_name": "a", "worker_label": {"team": "nlp"}},
+            "unknown field 'worker_label' (did you mean 'worker_labels'?)",
+        ),
+        (
+            SubmitJobRequest,
+            {"config_name": "a", "gpus": 2},
+            "unknown field 'gpus'; the fields are config_name, config, dataloader, name, "
+            "target, worker_labels, gpu_count, min_vram_gb, gpu_name, priority, max_retries, "
+            "timeout_minutes, command, env",
+        ),
+        (CancelJobRequest, {"reasn": "x"}, "unknown field 'reasn' (did you mean 'reason'?)"),
+        (
+            CreateApiTokenRequest,
+            {"name": "ci", "permission": ["queue.submit"]},
+            "unknown field 'permission' (did you mean 'permissions'?) (and 1 more problem)",
+        ),
+        (
+            UpdateWorkerLabelsRequest,
+            {"label": {}},
+            "unknown field 'label' (did you mean 'labels'?) (and 1 more problem)",
+        ),
+    ],
+)
+def test_unknown_fields_in_bodies_people_write_are_refused_naming_the_closest(
+    model: type[BaseModel], body: dict[str, object], detail: str
+) -> None:
+    with pytest.raises(ApiError) as caught:
+        parse_json_bytes(json.dumps(body).encode(), model)
+    assert (caught.value.status, caught.value.detail) == (400, detail)
 
 
 # --- refusals --------------------------------------------------------------------------
@@ -342,7 +386,8 @@ def test_unknown_fields_from_agents_are_ignored() -> None:
          'labels: label "k" must be at most 256 characters without control characters'),
         (CreateWorkerRequest, {"name": "w", "labels": {f"k{i}": "v" for i in range(65)}},
          "labels: at most 64 labels"),
-        (CreateWorkerRequest, {"name": "w", "token": "wt_mine"}, "token: unknown field; remove it"),
+        (CreateWorkerRequest, {"name": "w", "token": "wt_mine"},
+         "unknown field 'token'; the fields are name, worker_type, labels"),
         (CreateApiTokenRequest, {"name": "ci", "permissions": []},
          "permissions: must have at least 1 item"),
         (CreateApiTokenRequest, {"name": "ci", "permissions": ["root"]},
@@ -399,9 +444,16 @@ def test_every_request_string_is_bounded() -> None:
         walk(model.model_json_schema(), model.__name__)
 
 
-def test_strict_models_are_the_credential_creating_ones() -> None:
+def test_strict_models_are_the_bodies_people_write() -> None:
+    """Admin and queue bodies refuse unknown fields; the agents' and queries ignore them."""
     strict = {m.__name__ for m in REQUEST_MODELS if issubclass(m, StrictRequestModel)}
-    assert strict == {"CreateWorkerRequest", "CreateApiTokenRequest", "UpdateWorkerLabelsRequest"}
+    assert strict == {
+        "CreateWorkerRequest",
+        "CreateApiTokenRequest",
+        "UpdateWorkerLabelsRequest",
+        "SubmitJobRequest",
+        "CancelJobRequest",
+    }
 
 
 # --- normalising -----------------------------------------------------------------------

@@ -122,6 +122,20 @@ async def test_target_local_and_auto_with_the_local_runner(make_server: Any) -> 
     assert (await server.worker_view("w_local"))["is_local"] is True
 
 
+async def test_a_misspelt_field_is_400_naming_it_and_nothing_runs(server: Any) -> None:
+    """The new user's typo: ``worker_label`` ignored ran the job on a worker its label
+    would have kept it off."""
+    worker = await server.connected_worker(labels={"team": "vision"})
+    body = {"config_name": "tiny", "target": "worker", "worker_label": {"team": "nlp"}}
+    resp = await server.post("/api/queue/submit", body)
+    assert resp.status == 400
+    assert (await resp.json())["detail"] == (
+        "unknown field 'worker_label' (did you mean 'worker_labels'?)"
+    )
+    assert (await server.ok("GET", "/api/queue"))["total"] == 0
+    worker.close()
+
+
 async def test_worker_labels_are_globs(server: Any) -> None:
     worker = await server.connected_worker(labels={"gpu_type": "a100-80g", "team": "nlp"})
     miss = await server.submit(target="worker", worker_labels={"gpu_type": "h100*"})

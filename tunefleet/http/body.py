@@ -12,6 +12,7 @@ curl examples send none.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -181,7 +182,7 @@ def validate(model: type[M], data: Mapping[str, Any]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise ApiError(400, validation_detail(error)) from None
+        raise ApiError(400, validation_detail(error, model)) from None
 
 
 def parse_query(request: web.Request, model: type[M]) -> M:
@@ -226,12 +227,17 @@ _SIMPLE_MESSAGES = {
 }
 
 
-def validation_detail(error: ValidationError) -> str:
-    """One line for the first problem, naming the field: ``gpu_count: must be ≥ 0``."""
+def validation_detail(error: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line for the first problem, naming the field: ``gpu_count: must be ≥ 0``; an
+    unknown field of ``model`` is named with the closest known one."""
     problems = error.errors(include_url=False, include_input=True)
     if not problems:
         return "request does not fit this endpoint; see docs/api.md"
-    first = problems[0]
+    # An unknown field is the likeliest cause of everything else (a misspelt required
+    # field is also "missing"), so it is the one named.
+    first = next((p for p in problems if p["type"] == "extra_forbidden"), problems[0])
+    if first["type"] == "extra_forbidden" and model is not None:
+        return one_line(unknown_field_detail(first["loc"], model, len(problems) - 1))
     where = format_loc(first["loc"])
     text = _message(first["type"], first.get("ctx") or {}, first["msg"])
     key = bool(first["loc"]) and first["loc"][-1] == "[key]"
@@ -243,6 +249,41 @@ def validation_detail(error: ValidationError) -> str:
         more = len(problems) - 1
         line += f" (and {more} more problem{'s' if more > 1 else ''})"
     return one_line(line)
+
+
+def unknown_field_detail(loc: tuple[int | str, ...], model: type[BaseModel], more: int) -> str:
+    """``unknown field 'worker_label' (did you mean 'worker_labels'?)``."""
+    name = str(loc[-1]) if loc else "?"
+    shown = json.dumps(name[:_MAX_LOC_KEY_CHARS] + ("…" if len(name) > _MAX_LOC_KEY_CHARS else ""))
+    shown = "'" + shown[1:-1].replace("'", "\\'") + "'"
+    where = format_loc(loc[:-1])
+    line = f"unknown field {shown}" + (f" in {where}" if where else "")
+    known = _field_names(model, loc[:-1])
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        line += f" (did you mean '{close[0]}'?)"
+    elif known:
+        line += f"; the fields are {', '.join(known)}"
+    if more:
+        line += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return line
+
+
+def _field_names(model: type[BaseModel], path: tuple[int | str, ...]) -> list[str]:
+    """The wire names of the fields of the model found at ``path`` under ``model``."""
+    current: Any = model
+    for part in path:
+        field = current.model_fields.get(part) if isinstance(part, str) else None
+        nested = field.annotation if field is not None else None
+        nested = next((a for a in (nested, *getattr(nested, "__args__", ())) if _is_model(a)), None)
+        if nested is None:
+            return []
+        current = nested
+    return [f.alias or name for name, f in current.model_fields.items()]
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 def format_loc(loc: tuple[int | str, ...]) -> str:

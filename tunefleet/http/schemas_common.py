@@ -1,8 +1,10 @@
 """Building blocks of the wire schemas: base models, bounded strings, labels, JSON blobs.
 
-Every string a client sends is bounded. Unknown fields are ignored (SimpleTuner's agent,
-and newer tunefleet agents, may send more than this version knows) except on requests
-where an ignored field could mislead about security; those forbid extras.
+Every string a client sends is bounded. Bodies a person writes (admin and queue) refuse
+unknown fields: a misspelt ``worker_label`` silently ignored ran a job where its label
+would have kept it out. What agents send to the worker endpoints ignores them
+(SimpleTuner's agent, and newer tunefleet agents, may send more than this version
+knows), and so do query strings.
 """
 
 from __future__ import annotations
@@ -34,15 +36,16 @@ LogStream = Literal["stdout", "stderr"]
 
 
 class RequestModel(BaseModel):
-    """A request body or query: extra fields ignored, no NaN/Infinity. Every string field
-    declares its own bound (a test checks the JSON schema of each request for it)."""
+    """An agent's request body, or a query: extra fields ignored, no NaN/Infinity. Every
+    string field declares its own bound (a test checks the JSON schema of each request)."""
 
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False, hide_input_in_errors=True)
 
 
 class StrictRequestModel(RequestModel):
-    """For requests where silently ignoring a misspelt field would mislead (creating
-    credentials): unknown fields are a 400 naming them."""
+    """A body a person writes (admin and queue endpoints), where silently ignoring a
+    misspelt field would mislead: an unknown field is a 400 naming it and the closest
+    known one (``unknown field 'worker_label' (did you mean 'worker_labels'?)``)."""
 
     model_config = ConfigDict(extra="forbid")
 

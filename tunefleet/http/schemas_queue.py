@@ -20,6 +20,7 @@ from tunefleet.http.schemas_common import (
     RequestModel,
     ResponseModel,
     ShortText,
+    StrictRequestModel,
     SuccessResponse,
     Target,
 )
@@ -111,7 +112,7 @@ EnvVars = Annotated[
 ]
 
 
-class SubmitJobRequest(RequestModel):
+class SubmitJobRequest(StrictRequestModel):
     """POST /api/queue/submit. Send ``config_name`` (a configuration the orchestrator has)
     or ``config`` (the configuration itself), not both. ``target`` defaults to ``auto``."""
 
@@ -246,7 +247,7 @@ class JobListResponse(ResponseModel):
     offset: int
 
 
-class CancelJobRequest(RequestModel):
+class CancelJobRequest(StrictRequestModel):
     reason: ShortText | None = None
 
 
