@@ -199,11 +199,11 @@ async def get_job(request: web.Request) -> web.StreamResponse:
     errors={**_JOB_NOT_FOUND, 403: "Cancelling another's job needs queue.admin", 409: "Ended"},
 )
 async def cancel_job(request: web.Request) -> web.StreamResponse:
-    body = await parse_body(request, CancelJobRequest)
     job_id = request.match_info["job_id"]
     row = await request.app[keys.STORE].get_job(job_id)
-    if row is None:
+    if row is None:  # before the body: a wrong id is the first thing to fix
         raise ApiError(404, f"Job not found: {job_id}")
+    body = await parse_body(request, CancelJobRequest)
     actor = actor_name(request)
     if row.submitted_by != actor and not principal_of(request).has(QUEUE_ADMIN):
         raise ApiError(403, f"Permission denied: {QUEUE_ADMIN} (the job was submitted by another)")
