@@ -468,3 +468,22 @@ def test_num_processes_that_is_not_a_positive_whole_number_is_refused(bad: objec
 def test_num_processes_spelled_twice_with_different_values_is_refused() -> None:
     with pytest.raises(InvalidRequirements, match=r"config sets --num_processes=2 and "):
         job_gpu_count_from_config({"--num_processes": 2, "num_processes": "4"})
+
+
+def test_a_worker_that_would_refuse_the_command_does_not_qualify_and_says_why() -> None:
+    picky = WorkerView("w_picky", allowed_commands=("python -m simpletuner.train",))
+    open_minded = WorkerView("w_any")  # did not say: SimpleTuner's agent, say
+    shell = Requirements("worker", gpu_count=0, command=("sh", "-c", "id"))
+    assert unmet(shell, picky) == (
+        "would refuse the job: command 'sh -c id' is not among the allowed commands "
+        "('python -m simpletuner.train')"
+    )
+    assert unmet(shell, open_minded) is None
+    assert plan([job("j1", shell)], [picky, open_minded]) == [("j1", "w_any")]
+    assert plan([job("j1", shell)], [picky]) == []
+    assert "would refuse the job" in wait_reason(shell, [picky], {"w_picky"})
+    # The worker's default command is its own to allow; loader env is refused all the same.
+    default = Requirements("worker", gpu_count=0)
+    assert unmet(default, picky) is None
+    loader = Requirements("worker", gpu_count=0, loader_env=("LD_PRELOAD",))
+    assert (unmet(loader, picky) or "").startswith("would refuse the job: env LD_PRELOAD")

@@ -30,6 +30,12 @@ LABEL_VALUES = {"gpu_type": ["a10", "a100", "a100-80g", "h100"], "zone": ["us-1"
 LABEL_PATTERNS = {"gpu_type": ["a100*", "a10", "h100", "*", "a?00"], "zone": ["us-*", "eu-1"]}
 
 
+# What workers report they run (None: not said) and what jobs ask to run (None: the
+# worker's default).
+ALLOWED_COMMANDS = [None, None, None, ("python -m simpletuner.train",), ("sh -c **",), ("**",)]
+JOB_COMMANDS = [None, None, None, ("sh", "-c", "id"), ("python", "-m", "simpletuner.train")]
+
+
 @st.composite
 def fleets(draw: st.DrawFn) -> list[WorkerView]:
     count = draw(st.integers(0, 12))
@@ -49,6 +55,7 @@ def fleets(draw: st.DrawFn) -> list[WorkerView]:
                 gpu_name=draw(st.sampled_from(GPU_NAMES)),
                 # Now and then registered with no open stream (not yet, or no longer).
                 connected=draw(st.integers(0, 3)) > 0,
+                allowed_commands=draw(st.sampled_from(ALLOWED_COMMANDS)),
             )
         )
     return workers
@@ -67,6 +74,8 @@ def requirements(draw: st.DrawFn) -> Requirements:
         gpu_count=draw(st.sampled_from([0, 1, 1, 1, 2, 4, 8])),
         min_vram_gb=draw(st.sampled_from([None, None, 0.0, 24.0, 40.0, 80.0])),
         gpu_name=draw(st.sampled_from([None, None, None, "*a100*", "*H100*", "NVIDIA A10"])),
+        command=draw(st.sampled_from(JOB_COMMANDS)),
+        loader_env=draw(st.sampled_from([(), (), (), ("LD_PRELOAD",)])),
     )
 
 

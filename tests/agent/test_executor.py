@@ -254,3 +254,37 @@ async def test_default_command_may_be_a_string(tmp_path: Path) -> None:
     ex = JobExecutor(tmp_path, "python -c 'print(\"from a string\")'")
     assert (await ex.run(spec(None), rec)).status == "completed"
     assert rec.texts("stdout") == ["from a string"]
+
+
+async def test_a_command_outside_the_allowed_ones_fails_and_nothing_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    allowed = ("python -m simpletuner.train",)
+    rec = Recorder()
+    refused = await executor(tmp_path, allowed_commands=allowed).run(
+        spec(["sh", "-c", f"touch {marker}"]), rec
+    )
+    assert (refused.status, refused.exit_code) == ("failed", None)
+    assert (refused.error or "").startswith('refused by this worker: command "sh -c ')
+    assert (refused.error or "").endswith(
+        "is not among the allowed commands ('python -m simpletuner.train')"
+    )
+    assert rec.events == [] and not marker.exists()
+    assert not (tmp_path / "jobs").exists()  # not even its directory was made
+
+
+async def test_loader_env_is_refused_under_an_allowed_command(tmp_path: Path) -> None:
+    allowed = ("sh -c **",)
+    outcome = await executor(tmp_path, allowed_commands=allowed).run(
+        spec(["sh", "-c", "true"], env={"BASH_ENV": "/tmp/rc"}), Recorder()
+    )
+    assert outcome.status == "failed"
+    assert (outcome.error or "").startswith("refused by this worker: env BASH_ENV changes how")
+
+
+async def test_an_allowed_command_runs(tmp_path: Path) -> None:
+    allowed = ("python -c **",)
+    rec = Recorder()
+    outcome = await executor(tmp_path, allowed_commands=allowed).run(
+        spec(["python", "-c", "print('allowed')"]), rec
+    )
+    assert outcome.status == "completed" and rec.texts("stdout") == ["allowed"]

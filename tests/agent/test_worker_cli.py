@@ -86,6 +86,8 @@ def test_missing_token_exits_2_saying_what_to_pass(captured: list[AgentSettings]
         (("--labels", "no-equals-sign"), "is not key=value"),
         (("--ssl-no-verify", "--ca-cert", __file__), "contradict each other"),
         (("--train-command", "python 'unclosed"), "cannot be parsed"),
+        (("--allowed-commands", "sh ** -c"), "** may only be the last word"),
+        (("--allowed-commands", "sh 'x"), "cannot be split"),
     ],
 )
 def test_malformed_options_exit_2(
@@ -115,6 +117,10 @@ def test_options_reach_the_settings(captured: list[AgentSettings], tmp_path: Pat
         str(tmp_path),
         "--train-command",
         "python train.py --fast",
+        "--allowed-commands",
+        "python train.py **",
+        "--allowed-commands",
+        "bash /opt/*.sh",
         "--heartbeat-interval",
         "5",
         "--stream-timeout",
@@ -130,6 +136,7 @@ def test_options_reach_the_settings(captured: list[AgentSettings], tmp_path: Pat
     assert settings.labels == {"gpu_type": "a100", "zone": "eu", "rack": "4"}
     assert settings.work_dir == tmp_path
     assert settings.train_command == ("python", "train.py", "--fast")
+    assert settings.allowed_commands == ("python train.py **", "bash /opt/*.sh")
     assert (settings.heartbeat_interval_s, settings.stream_timeout_s) == (5.0, 20.0)
     assert settings.reconnect_timeout_s is None  # persistent: reconnect forever
 
@@ -155,6 +162,12 @@ def test_environment_variables_are_honoured(
     assert settings.heartbeat_interval_s == 12.5
     assert settings.labels == {"team": "nlp", "gpu_type": "h100"}
     assert settings.train_command == ("bash", "run.sh")
+    # Without --allowed-commands: the train command and the known trainers.
+    assert settings.allowed_commands == (
+        "bash run.sh",
+        "python -m simpletuner.train",
+        "python -m tunefleet.examples.tiny_trainer",
+    )
     assert settings.reconnect_timeout_s == 60.0
     assert no_logging_setup == [("console", True)]
 

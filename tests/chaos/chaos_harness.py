@@ -95,6 +95,8 @@ class ChaosFleet:
                 self.root / f"work-{name}",
                 name,
                 persistent=True,
+                # The chaos trainer is not among a worker's default allowed commands.
+                extra_args=["--allowed-commands", f"python {CHAOS_TRAINER}"],
                 worker_id=created["worker_id"],
                 netns=link,
             )

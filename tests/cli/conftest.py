@@ -48,10 +48,21 @@ def orchestrator(cli_root: Path) -> Iterator[Orchestrator]:
 
 @pytest.fixture(scope="session")
 def agent(orchestrator: Orchestrator, cli_root: Path) -> Iterator[str]:
-    """A persistent agent labelled pool=cli; yields its worker id."""
+    """A persistent agent labelled pool=cli; yields its worker id. Besides the example
+    trainer it runs inline Python scripts (the artifact tests' uploader)."""
     created = orchestrator.create_worker("cli-agent", labels=POOL)
     process = Agent(
-        orchestrator.url, created["token"], cli_root / "work", "cli-agent", persistent=True
+        orchestrator.url,
+        created["token"],
+        cli_root / "work",
+        "cli-agent",
+        persistent=True,
+        extra_args=[
+            "--allowed-commands",
+            "python -m tunefleet.examples.tiny_trainer",
+            "--allowed-commands",
+            f"{sys.executable} -c **",
+        ],
     ).start()
     orchestrator.wait_worker(created["worker_id"], "idle")
     yield created["worker_id"]

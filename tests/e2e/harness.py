@@ -182,6 +182,7 @@ class Agent:
     persistent: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None  # a relative work_dir is read from here
+    extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -199,6 +200,7 @@ class Agent:
         args = [*TUNEFLEET, "worker", "--work-dir", str(self.work_dir)]
         for key, value in self.labels.items():
             args += ["--labels", f"{key}={value}"]
+        args += self.extra_args
         work_dir = (self.cwd or Path.cwd()) / self.work_dir
         work_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = work_dir / f"agent-{self.name}.log"

@@ -1,7 +1,7 @@
-"""End to end, who can run what: a real orchestrator (with its local runner) and a real
-agent. A ``queue.submit``-only token cannot choose the program anywhere nor run anything
+"""End to end, who can run what: a real orchestrator (with its local runner) and real
+agents. A ``queue.submit``-only token cannot choose the program anywhere nor run anything
 on the orchestrator's machine; a marker file proves nothing ran. With ``queue.command``
-and ``queue.local`` it can."""
+and ``queue.local`` it can. An agent runs only its ``--allowed-commands``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 def orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
     configs = tmp_path / "configs"
     write_tiny_config(configs, "quick", max_train_steps=5, step_seconds=0.01)
-    orch = Orchestrator(tmp_path / "data", configs, local_runner=True).start()
+    allow = ["sh -c **", "python -m tunefleet.examples.tiny_trainer"]
+    extra = [arg for pattern in allow for arg in ("--local-allowed-commands", pattern)]
+    orch = Orchestrator(tmp_path / "data", configs, local_runner=True, extra_args=extra).start()
     yield orch
     orch.stop()
 
@@ -105,3 +107,50 @@ def test_with_command_and_local_the_token_runs_its_command_locally(
     job = orch.request("POST", "/api/queue/submit", body, token=token)
     assert orch.wait_job(job["job_id"], {"completed", "failed"})["status"] == "completed"
     assert marker.exists()
+
+
+def test_an_agent_runs_only_its_allowed_commands(
+    orchestrator: Orchestrator, agents: list[Agent], tmp_path: Path
+) -> None:
+    """The agent reports its allowed commands, so a job it would refuse is not sent to
+    it (it waits, saying why); and a job the scheduler cannot judge (the worker's own
+    default command, which its operator left out) fails at the agent with the reason,
+    without running."""
+    orch = orchestrator
+    marker = tmp_path / "marker"
+    touch = f"sh -c 'touch {marker}'"
+    created = orch.create_worker("picky")
+    agent = Agent(
+        orch.url,
+        created["token"],
+        tmp_path / "work-picky",
+        "picky",
+        persistent=True,
+        extra_args=[
+            "--train-command",
+            touch,
+            "--allowed-commands",
+            "python -m tunefleet.examples.tiny_trainer",
+        ],
+    ).start()
+    agents.append(agent)
+    orch.wait_worker(created["worker_id"], "idle")
+
+    chosen = orch.submit(config={"lr": 1}, target="worker", command=["sh", "-c", f"touch {marker}"])
+    waiting = orch.job(chosen["job_id"])
+    assert waiting["status"] == "pending"
+    assert 'would refuse the job: command "sh -c ' in waiting["wait_reason"]
+    orch.request("POST", f"/api/queue/{chosen['job_id']}/cancel", {})
+
+    default = orch.submit(config={"lr": 1}, target="worker")
+    failed = orch.wait_job(default["job_id"], {"failed", "completed"})
+    assert failed["status"] == "failed"
+    assert failed["error"].startswith('refused by this worker: command "sh -c ')
+    assert (
+        "is not among the allowed commands ('python -m tunefleet.examples.tiny_trainer')"
+        in (failed["error"])
+    )
+    assert not marker.exists()
+
+    allowed = orch.submit(config_name="quick", target="worker")
+    assert orch.wait_job(allowed["job_id"], {"completed", "failed"})["status"] == "completed"

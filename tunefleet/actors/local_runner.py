@@ -80,6 +80,7 @@ class LocalRunner:
                 provider=None,
                 hostname=socket.gethostname(),
                 client_address="local",
+                allowed_commands=self.executor.allowed_commands,
             ),
         )
         conn = await self.fleet.open_stream(LOCAL_WORKER_ID, None)

@@ -9,7 +9,8 @@ Policy (docs/scheduling.md is the user-facing version):
 - a worker qualifies for a job when the target allows it (worker: remote only, local:
   the orchestrator's own runner only, auto: either) and it meets every requirement:
   GPU count, per-GPU VRAM, GPU name glob (case-insensitive), label globs
-  (case-sensitive, fnmatch);
+  (case-sensitive, fnmatch), and the worker's allowed commands, when it reported them,
+  allow the job's own command and loader env (tunefleet/commands.py);
 - jobs go by priority (high first), then submission order; a job nothing fits is
   skipped, never blocking the jobs behind it;
 - a job takes the best fit among free qualifying workers: fewest GPUs, then least
@@ -26,6 +27,7 @@ from tunefleet.actors.matching_index import (
     SIDES,
     FleetIndex,
     RequirementsKey,
+    command_refusal,
     fit_order,
     fits,
     gpu_name_matches,
@@ -53,6 +55,9 @@ class Requirements:
     gpu_count: int = 1
     min_vram_gb: float | None = None
     gpu_name: str | None = None
+    # The job's own command (None: the worker's default) and the loader env names it sets.
+    command: tuple[str, ...] | None = None
+    loader_env: tuple[str, ...] = ()
     # Computed once here, not on every matching pass over a long queue.
     _key: RequirementsKey = field(init=False, repr=False, compare=False)
 
@@ -73,6 +78,8 @@ class Requirements:
             min_vram_gb=self.min_vram_gb or None,
             gpu_name=self.gpu_name.lower() if self.gpu_name else None,
             labels=tuple(sorted(self.labels.items())),
+            command=self.command,
+            loader_env=self.loader_env,
         )
         object.__setattr__(self, "_key", key)
 
@@ -94,6 +101,8 @@ class WorkerView:
     # Has an open SSE stream. A worker without one is never chosen (a job_submit would
     # reach nobody), but it still counts when a wait reason says what could run a job.
     connected: bool = True
+    # What the agent said it will run (--allowed-commands); None: not said, anything.
+    allowed_commands: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +137,9 @@ def unmet(req: Requirements, worker: WorkerView) -> str | None:
         problem = _label_problem(worker.labels, key, pattern)
         if problem is not None:
             return problem
+    refused = command_refusal(worker.allowed_commands, req.command, req.loader_env)
+    if refused is not None:
+        return f"would refuse the job: {refused}"
     return None
 
 

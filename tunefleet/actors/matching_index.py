@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from tunefleet.actors.matching import WorkerView
 
+from tunefleet.commands import refusal
+
 # Which sides of the fleet a target may use, in order of preference.
 SIDES = {"worker": (False,), "local": (True,), "auto": (False, True)}
 
@@ -35,6 +37,10 @@ class RequirementsKey(NamedTuple):
     min_vram_gb: float | None
     gpu_name: str | None
     labels: tuple[tuple[str, str], ...]
+    # The job's own command (None: the worker's default) and the loader env names it
+    # sets; a worker that reported --allowed-commands must allow them.
+    command: tuple[str, ...] | None = None
+    loader_env: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=4096)  # a fleet has a handful of GPU names; explanations ask per worker
@@ -47,6 +53,17 @@ def label_matches(labels: Mapping[str, str], key: str, pattern: str) -> bool:
     value = labels.get(key)
     # str(): agents send labels as JSON, so a number can slip in; compare it as text.
     return value is not None and fnmatchcase(str(value), pattern)
+
+
+@lru_cache(maxsize=4096)  # few distinct commands and allow-lists in a fleet
+def command_refusal(
+    allowed: tuple[str, ...] | None, command: tuple[str, ...] | None, loader_env: tuple[str, ...]
+) -> str | None:
+    """Why a worker allowing ``allowed`` would refuse the job (the agent's own rule), or
+    None. A job on the worker's default command with no loader env is never refused."""
+    if allowed is None or (command is None and not loader_env):
+        return None
+    return refusal(command, loader_env, allowed)
 
 
 def fit_order(worker: WorkerView) -> tuple[int, float, str]:
@@ -63,6 +80,8 @@ def fits(key: RequirementsKey, worker: WorkerView) -> bool:
     ):
         return False
     if key.gpu_name is not None and not gpu_name_matches(worker.gpu_name, key.gpu_name):
+        return False
+    if command_refusal(worker.allowed_commands, key.command, key.loader_env) is not None:
         return False
     return all(label_matches(worker.labels, k, p) for k, p in key.labels)
 
@@ -157,7 +176,7 @@ class FleetIndex:
         self.free -= 1
 
     def _shortlist(self, is_local: bool, key: RequirementsKey) -> _Shortlist:
-        globs = (is_local, key.labels, key.gpu_name)
+        globs = (is_local, key.labels, key.gpu_name, key.command, key.loader_env)
         shortlist = self._shortlists.get(globs)
         if shortlist is None:
             shortlist = _Shortlist(self._matching(is_local, key), self.workers)
@@ -172,7 +191,15 @@ class FleetIndex:
         if key.gpu_name is not None:
             wanted.append(_lookup(self._names, key.gpu_name))
         wanted.sort(key=len)
-        return wanted[0].intersection(*wanted[1:])
+        found = wanted[0].intersection(*wanted[1:])
+        if key.command is None and not key.loader_env:
+            return found
+        return {
+            rank
+            for rank in found
+            if command_refusal(self.workers[rank].allowed_commands, key.command, key.loader_env)
+            is None
+        }
 
 
 def _lookup(index: dict[str, set[int]], pattern: str) -> set[int]:

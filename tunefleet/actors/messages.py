@@ -22,6 +22,9 @@ class Register:
     provider: str | None
     hostname: str | None
     client_address: str | None
+    # The programs the agent will run (--allowed-commands); None: it did not say (any,
+    # as far as the scheduler can know; SimpleTuner's agent never says).
+    allowed_commands: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tunefleet.actors.matching import Requirements, WorkerView
+from tunefleet.commands import loader_env_names
 
 if TYPE_CHECKING:
     from tunefleet.actors import messages as m
@@ -48,6 +49,8 @@ class WorkerRecord:
     offline_at: float | None = None
     created_at: float = 0.0
     job_progress: dict[str, Any] | None = None
+    # From the agent's last registration (not stored: it says again when it reconnects).
+    allowed_commands: tuple[str, ...] | None = None
 
     def effective_labels(self) -> dict[str, str]:
         # What an admin assigned wins over what the agent claims about itself.
@@ -62,9 +65,11 @@ class WorkerRecord:
             gpu_vram_gb=self.gpu_vram_gb,
             gpu_name=self.gpu_name,
             connected=connected,
+            allowed_commands=self.allowed_commands,
         )
 
     def apply_registration(self, msg: m.Register, now: float) -> None:
+        self.allowed_commands = msg.allowed_commands
         gpu = msg.gpu
         self.gpu_info = dict(gpu)
         self.gpu_count = int(gpu.get("count") or 0)
@@ -136,6 +141,9 @@ class WorkerRecord:
             "provider": self.provider,
             "hostname": self.hostname,
             "client_address": self.client_address,
+            "allowed_commands": (
+                list(self.allowed_commands) if self.allowed_commands is not None else None
+            ),
             "current_job_id": current_job_id,
             "job_progress": self.job_progress if current_job_id else None,
             "last_heartbeat": iso(self.last_heartbeat_at),
@@ -192,4 +200,6 @@ class JobRecord:
             gpu_count=self.gpu_count,
             min_vram_gb=self.min_vram_gb,
             gpu_name=self.gpu_name,
+            command=tuple(self.command) if self.command else None,
+            loader_env=tuple(loader_env_names(self.env)),
         )

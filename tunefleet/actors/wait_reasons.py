@@ -14,6 +14,7 @@ from tunefleet.actors.matching import Requirements, WorkerView, _gb, _gpus, unme
 from tunefleet.actors.matching_index import (
     SIDES,
     RequirementsKey,
+    command_refusal,
     fits,
     gpu_name_matches,
     label_matches,
@@ -210,6 +211,8 @@ def _count_unmet(key: RequirementsKey, worker: WorkerView) -> int:
     ):
         missing += 1
     if key.gpu_name is not None and not gpu_name_matches(worker.gpu_name, key.gpu_name):
+        missing += 1
+    if command_refusal(worker.allowed_commands, key.command, key.loader_env) is not None:
         missing += 1
     return missing
 

@@ -245,6 +245,11 @@ class Agent:
             "hostname": self.settings.hostname,
             "agent": "tunefleet",
             "agent_version": __version__,
+            **(
+                {"allowed_commands": list(self.settings.allowed_commands)}
+                if self.settings.allowed_commands is not None
+                else {}
+            ),
         }
 
     def _on_registered(self, registration: Registration) -> None:
@@ -416,7 +421,11 @@ class Agent:
 async def run_worker(settings: AgentSettings) -> None:
     """The `tunefleet worker` process: real executor and GPUs, signals wired to a clean stop."""
     probe = GpuProbe()
-    executor = JobExecutor(settings.work_dir, list(settings.train_command))
+    executor = JobExecutor(
+        settings.work_dir,
+        list(settings.train_command),
+        allowed_commands=settings.allowed_commands,
+    )
     agent = Agent(settings, executor=executor, gpu=probe)
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []

@@ -36,6 +36,7 @@ from tunefleet.agent.job_events import (
 from tunefleet.agent.job_files import (
     JobFiles,
     JobSetupError,
+    chosen_command,
     job_environment,
     output_path,
     prepare_job_dir,
@@ -45,6 +46,7 @@ from tunefleet.agent.job_files import (
 from tunefleet.agent.output import EventForwarder, OutputCapture
 from tunefleet.agent.progress import ProgressTail
 from tunefleet.agent.uploads import UploadRefused
+from tunefleet.commands import refusal
 from tunefleet.errors import TunefleetError
 
 __all__ = [
@@ -91,6 +93,7 @@ class JobExecutor:
         default_command: Sequence[str] | str,
         *,
         grace_s: float = 10.0,
+        allowed_commands: Sequence[str] | None = None,
         cuda_visible_devices: str | None = None,
         log_batch_lines: int = 200,
         log_interval_s: float = 0.5,
@@ -108,6 +111,9 @@ class JobExecutor:
             else list(default_command)
         )
         self.grace_s = grace_s
+        # None: any command (an embedding that checks elsewhere); `tunefleet worker` and
+        # the local runner always pass their allowed commands.
+        self.allowed_commands = tuple(allowed_commands) if allowed_commands is not None else None
         self.cuda_visible_devices = cuda_visible_devices
         self.log_batch_lines = log_batch_lines
         self.log_interval_s = log_interval_s
@@ -189,6 +195,15 @@ class _Attempt:
         ex = self.executor
         plan = self.spec.artifacts
         config = plan_config(self.spec.config) if plan is not None else self.spec.config
+        try:
+            named = chosen_command(self.spec.command, ex.default_command)
+        except JobSetupError as error:
+            return JobOutcome("failed", None, str(error), [])
+        refused = refusal(named, self.spec.env, ex.allowed_commands)
+        if refused is not None:
+            # Nothing is prepared or started: the job fails with the reason.
+            self._log.warning("job refused", argv=named, reason=refused)
+            return JobOutcome("failed", None, f"refused by this worker: {refused}", [])
         try:
             files = prepare_job_dir(
                 ex.work_dir,

@@ -112,12 +112,9 @@ def output_path(files: JobFiles, config: Mapping[str, Any]) -> Path:
     return files.job_dir / Path(str(raw)).expanduser()
 
 
-def resolve_command(command: Sequence[str] | str | None, default: Sequence[str]) -> list[str]:
-    """The job's own command when it names one, else the executor's default.
-
-    A leading `python`/`python3` becomes this interpreter, so the job runs in the
-    agent's environment (where tunefleet and the trainer are installed).
-    """
+def chosen_command(command: Sequence[str] | str | None, default: Sequence[str]) -> list[str]:
+    """The job's own command when it names one, else the executor's default, as named:
+    what --allowed-commands is checked against."""
     if isinstance(command, str):
         try:
             argv = shlex.split(command)
@@ -129,6 +126,14 @@ def resolve_command(command: Sequence[str] | str | None, default: Sequence[str])
         argv = [str(part) for part in default]
     if not argv:
         raise JobSetupError("no command to run: the job names none and no default is set")
+    return argv
+
+
+def resolve_command(command: Sequence[str] | str | None, default: Sequence[str]) -> list[str]:
+    """The command to start. A leading `python`/`python3` becomes this interpreter, so
+    the job runs in the agent's environment (where tunefleet and the trainer are
+    installed)."""
+    argv = chosen_command(command, default)
     if argv[0] in _PYTHONS:
         argv[0] = sys.executable
     return argv

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tunefleet.commands import BadPattern, default_patterns, parse_patterns
 from tunefleet.errors import TunefleetError
 
 ENV_URL = "SIMPLETUNER_ORCHESTRATOR_URL"
@@ -63,6 +64,9 @@ class AgentSettings:
     labels: Mapping[str, str] = field(default_factory=dict)
     work_dir: Path = DEFAULT_WORK_DIR
     train_command: tuple[str, ...] = DEFAULT_TRAIN_COMMAND
+    # The programs this agent runs (globs, tunefleet/commands.py); None: any. The command
+    # line always sets it (default: the train command and SimpleTuner's trainer).
+    allowed_commands: tuple[str, ...] | None = None
     ssl_no_verify: bool = False
     ca_cert: Path | None = None
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
@@ -90,6 +94,7 @@ def resolve_settings(
     labels: Iterable[str] = (),
     work_dir: Path | None = None,
     train_command: str | None = None,
+    allowed_commands: Iterable[str] = (),
     ssl_no_verify: bool = False,
     ca_cert: Path | None = None,
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
@@ -125,6 +130,7 @@ def resolve_settings(
         raise SettingsError("--reconnect-timeout cannot be negative.")
     if reconnect_timeout_s is None and not persistent:
         reconnect_timeout_s = DEFAULT_EPHEMERAL_RECONNECT_TIMEOUT_S
+    command = _train_command(train_command)
     settings = AgentSettings(
         orchestrator_url=url,
         worker_token=token,
@@ -134,7 +140,8 @@ def resolve_settings(
         # Absolute once, here: a job runs in its own directory, where a relative
         # --work-dir would name some other place.
         work_dir=_absolute(work_dir or DEFAULT_WORK_DIR),
-        train_command=_train_command(train_command),
+        train_command=command,
+        allowed_commands=_allowed_commands(allowed_commands, command),
         ssl_no_verify=ssl_no_verify,
         ca_cert=_absolute(ca_cert) if ca_cert is not None else None,
         heartbeat_interval_s=heartbeat_interval_s,
@@ -192,6 +199,16 @@ def _train_command(raw: str | None) -> tuple[str, ...]:
 
 def _absolute(path: Path) -> Path:
     return Path(os.path.abspath(path.expanduser()))
+
+
+def _allowed_commands(raw: Iterable[str], train_command: tuple[str, ...]) -> tuple[str, ...]:
+    values = [v for v in raw if v.strip()]
+    if not values:
+        return default_patterns(train_command)
+    try:
+        return parse_patterns(values)
+    except BadPattern as error:
+        raise SettingsError(f"--allowed-commands: {error}.") from error
 
 
 def _is_loopback(url: str) -> bool:

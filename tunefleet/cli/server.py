@@ -6,9 +6,19 @@ from pathlib import Path
 
 import click
 
+from tunefleet.commands import BadPattern, parse_patterns
 from tunefleet.http.app import ServerOptions, run_server
 
 DEFAULT_DATA_DIR = Path.home() / ".tunefleet"
+
+
+def _checked_patterns(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    try:
+        return parse_patterns(values)
+    except BadPattern as error:
+        raise click.BadParameter(str(error)) from error
 
 
 @click.command("server")
@@ -139,6 +149,16 @@ DEFAULT_DATA_DIR = Path.home() / ".tunefleet"
     show_default=True,
     envvar="TUNEFLEET_KEEP_CHECKPOINTS",
     help="Complete checkpoints kept per job; older ones are deleted.",
+)
+@click.option(
+    "--local-allowed-commands",
+    "local_allowed_commands",
+    multiple=True,
+    metavar="PATTERN",
+    callback=_checked_patterns,
+    help="A command the local runner will run, as globs word by word (a last word ** "
+    "allows any further arguments; ** alone allows anything); repeatable. Default: the "
+    "--local-train-command, python -m simpletuner.train and tunefleet's example trainer.",
 )
 @click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True

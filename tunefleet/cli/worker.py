@@ -62,6 +62,16 @@ from tunefleet.logging import configure_logging
     help="Command for jobs that name none (default: python -m simpletuner.train).",
 )
 @click.option(
+    "--allowed-commands",
+    "allowed_commands",
+    multiple=True,
+    metavar="PATTERN",
+    help="A command this worker will run, as globs word by word (a last word ** allows "
+    "any further arguments; ** alone allows anything); repeatable. Default: the "
+    "--train-command, python -m simpletuner.train and tunefleet's example trainer. "
+    "A job asking for anything else fails without running.",
+)
+@click.option(
     "--ssl-no-verify",
     is_flag=True,
     envvar=s.ENV_SSL_NO_VERIFY,
@@ -113,6 +123,7 @@ def worker(
     labels: tuple[str, ...],
     work_dir: Path,
     train_command: str | None,
+    allowed_commands: tuple[str, ...],
     ssl_no_verify: bool,
     ca_cert: Path | None,
     heartbeat_interval: float,
@@ -131,6 +142,7 @@ def worker(
             labels=labels,
             work_dir=work_dir,
             train_command=train_command,
+            allowed_commands=allowed_commands,
             ssl_no_verify=ssl_no_verify,
             ca_cert=ca_cert,
             heartbeat_interval_s=heartbeat_interval,

@@ -26,6 +26,7 @@ from tunefleet.agent.gpu import GpuProbe
 from tunefleet.artifacts.backends import open_store
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.audit import AuditLog
+from tunefleet.commands import default_patterns, parse_patterns
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys
 from tunefleet.http.bootstrap import ensure_admin_token, startup_banner
@@ -72,6 +73,8 @@ class ServerOptions:
     artifact_store: str | None = None
     s3_endpoint_url: str | None = None
     keep_checkpoints: int = 3
+    # Empty: the local train command, SimpleTuner's trainer and the example trainer.
+    local_allowed_commands: tuple[str, ...] = ()
     log_format: str = "console"
     verbose: bool = False
 
@@ -187,7 +190,12 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
             if options.local_train_command
             else DEFAULT_TRAIN_COMMAND
         )
-        executor = JobExecutor(options.data_dir / "local-runner", command)
+        allowed = (
+            parse_patterns(options.local_allowed_commands)
+            if options.local_allowed_commands
+            else default_patterns(command)
+        )
+        executor = JobExecutor(options.data_dir / "local-runner", command, allowed_commands=allowed)
         # Well inside the heartbeat timeout, however short an operator sets it.
         interval_s = min(30.0, options.heartbeat_timeout / 4)
         runner = LocalRunner(fleet, executor, inventory, heartbeat_interval_s=interval_s)

@@ -64,6 +64,9 @@ async def register_worker(request: web.Request) -> web.StreamResponse:
         provider=body.provider,
         hostname=body.hostname,
         client_address=request.remote,
+        allowed_commands=(
+            tuple(body.allowed_commands) if body.allowed_commands is not None else None
+        ),
     )
     return web.json_response(await fleet_of(request).register(worker_id_of(request), msg))
 

@@ -70,6 +70,8 @@ class WorkerSummary(ResponseModel):
     vram_used_gb: list[float] = Field(default_factory=list)
     job_progress: dict[str, Any] | None = None
     offline_at: str | None = None
+    # What the agent said it runs (--allowed-commands); null: not said (any).
+    allowed_commands: list[str] | None = None
 
 
 class WorkerListResponse(ResponseModel):

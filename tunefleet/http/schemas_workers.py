@@ -69,6 +69,9 @@ class RegisterRequest(RequestModel):
     # Sent by tunefleet's agent; SimpleTuner's does not.
     hostname: ShortText | None = None
     agent_version: VersionText | None = None
+    # tunefleet's agent: the programs it will run (--allowed-commands), so the scheduler
+    # does not send it a job it would refuse. Absent: not said.
+    allowed_commands: Annotated[list[ShortText], Field(max_length=64)] | None = None
 
     def gpu(self) -> GpuInfo:
         """The GPU report in the one stored spelling."""
