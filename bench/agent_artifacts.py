@@ -1,186 +1,229 @@
-"""The agent's side of artifacts (issue 12): its memory while it uploads a 2 GiB file, and
-how long a retried job takes from dispatch to its trainer starting when it must first
-download a 1 GiB checkpoint.
+"""The agent's side of artifacts (issue 12), against a real orchestrator process on
+loopback and its embedded store:
 
-Each measured run is its own process (its RSS is the agent's alone), talking to the
-contract's store (tests/fakes/artifact_store.py) in another process on loopback:
-the numbers are the agent's, not the orchestrator's (``artifacts_store`` times those).
-"Dispatch" is the executor receiving the job (what the agent does on ``job_submit``);
-"trainer started" is the trainer's process running (the executor's JobStarted).
-Bounded: one 2 GiB upload, three resumes, files deleted afterwards.
+- the agent's RSS growth while it uploads a 2 GiB file (its own upload code, multipart,
+  streamed from disk, sha256 as it reads), in a process of its own so the RSS is the
+  uploader's alone; and that upload's throughput;
+- a retried job's time from dispatch to its trainer starting, when the agent must first
+  download and check a 1 GiB checkpoint: a simulated first worker takes the job, stores
+  checkpoint-100 (1 GiB) and disconnects; a real ephemeral ``tunefleet worker`` takes the
+  retry. Dispatch and start are the orchestrator's own timestamps of that attempt
+  (``dispatched_at``; ``started_at`` = the agent's ``running`` report, sent when the
+  trainer's process runs). A fresh job (nothing to restore) gives the baseline.
+
+Bounded: one upload, three resumes (one with TUNEFLEET_BENCH_QUICK), files deleted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
 import random
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from bench import Row, row
-from bench.fleet_common import pick
+from bench.artifact_upload import _api
+from bench.fleet_common import machine_note, pick
+from bench.orchestrator_proc import Orchestrator
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_BYTES: int = pick(2 * 1024**3, 256 * 1024**2)
 CHECKPOINT_BYTES: int = pick(1024**3, 128 * 1024**2)
-RESUMES = 3
-TOKEN = "ut_fake-upload-token-0123456789"
+RESUMES: int = pick(3, 1)
+TRAINER_CONFIG = {
+    "tunefleet_command": ["python", "-m", "tunefleet.examples.tiny_trainer"],
+    "max_train_steps": 1_000_000,
+    "step_seconds": 0.01,
+    "output_dir": "output",
+}
 
 
 def run() -> list[Row]:
-    with tempfile.TemporaryDirectory(prefix="tf-bench-artifacts-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="tf-bench-agent-artifacts-") as scratch:
         base = Path(scratch)
-        with _store(base / "store") as (endpoint, store_root):
-            upload = _measure_upload(base, endpoint)
-            resume = _measure_resume(base, endpoint, store_root)
-    size_note = f"{UPLOAD_BYTES / 1024**3:g} GiB file"
-    rows = [
-        row(
-            "agent RSS growth while uploading",
-            upload["rss_growth_mib"],
-            "MiB",
-            "<= 64 MiB",
-            f"{size_note}, multipart, streamed from disk; peak minus before",
+        # Simulated workers send no heartbeats: none may be declared lost mid-run.
+        orch = Orchestrator(base / "data", heartbeat_timeout_s=900).start()
+        try:
+            upload = _measure_upload(orch, base)
+            ckpt = _checkpoint_files(base / "ckpt")
+            resumes = [_measure_dispatch_to_start(orch, base, n, ckpt) for n in range(RESUMES)]
+            fresh = _measure_dispatch_to_start(orch, base, RESUMES, None)
+        finally:
+            orch.stop()
+    size = f"{UPLOAD_BYTES / 1024**3:g} GiB"
+    gib = f"{CHECKPOINT_BYTES / 1024**3:g} GiB"
+    median = sorted(resumes)[len(resumes) // 2]
+    return [
+        row("agent RSS growth while uploading", upload["rss_growth_mib"], "MiB", "<= 64",
+            f"{size} file, multipart, to a real orchestrator; peak over before"),
+        row("agent upload throughput", upload["mb_per_s"], "MB/s", None,
+            f"{size}, sha256 as it reads, until stored (fsync included); {machine_note()}"),
+        row(f"retried job, {gib} checkpoint: dispatch to trainer start", median, "s", None,
+            f"median of {len(resumes)}: {', '.join(f'{v:.2f}' for v in resumes)}; "
+            "download + sha256 + config + spawn"),
+        row("fresh job: dispatch to trainer start", fresh, "s", None,
+            "the same job with nothing to restore, for comparison"),
+    ]  # fmt: skip
+
+
+# --- a simulated first worker -------------------------------------------------------------
+
+
+def _first_worker_takes(orch: Orchestrator, name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A simulated worker takes a new job and says it runs; its job_submit (with the
+    upload endpoint and token) is returned, with its worker token."""
+    created = _api(orch, "POST", "/api/admin/workers", {"name": name})
+    token, worker_id = created["token"], created["worker_id"]
+    register = {"name": name, "gpu_count": 0, "persistent": True}
+    _api(orch, "POST", "/api/workers/register", register, token)
+    stream = urllib.request.urlopen(
+        urllib.request.Request(
+            f"http://127.0.0.1:{orch.port}/api/workers/stream?worker_id={worker_id}",
+            headers={"X-Worker-Token": token},
         ),
-        row(
-            "agent upload throughput",
-            upload["mb_per_s"],
-            "MB/s",
-            None,
-            f"{size_note} to the fake store on loopback, sha256 included",
-        ),
-    ]
-    ckpt = f"{CHECKPOINT_BYTES / 1024**3:g} GiB checkpoint"
-    median = sorted(resume["with_checkpoint_s"])[len(resume["with_checkpoint_s"]) // 2]
-    rows.append(
-        row(
-            "retried job: dispatch to trainer start",
-            median,
-            "s",
-            None,
-            f"median of {RESUMES}, {ckpt} downloaded and checked; "
-            f"all: {', '.join(f'{v:.2f}' for v in resume['with_checkpoint_s'])}",
-        )
+        timeout=30,
     )
-    rows.append(
-        row(
-            "fresh job: dispatch to trainer start",
-            resume["fresh_s"],
-            "s",
-            None,
-            "the same job with nothing to restore, for comparison",
-        )
-    )
-    return rows
-
-
-# --- the store ----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _store(root: Path) -> Iterator[tuple[str, Path]]:
-    root.mkdir(parents=True)
-    port = _free_port()
-    code = (
-        "import asyncio, sys; from aiohttp import web; "
-        "from tests.fakes.artifact_store import FakeStore; "
-        "store = FakeStore(__import__('pathlib').Path(sys.argv[1]), part_size=64 * 1024**2); "
-        "web.run_app(store.app(), host='127.0.0.1', port=int(sys.argv[2]), print=None)"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code, str(root), str(port)], cwd=ROOT)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/api/artifacts", root
+        job = _api(orch, "POST", "/api/queue/submit", {"config": config, "target": "worker"})
+        for raw in stream:
+            line = raw.decode().strip()
+            if line.startswith("data: ") and '"job_submit"' in line:
+                event: dict[str, Any] = json.loads(line[6:])
+                if event["job_id"] == job["job_id"]:
+                    status = {"status": "running", "attempt": event["attempt"]}
+                    _api(orch, "POST", f"/api/workers/job/{job['job_id']}/status", status, token)
+                    return {**event, "worker_token": token, "worker_id": worker_id}
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stream.close()  # a closed stream takes no dispatch: the retry goes elsewhere
+    raise RuntimeError(f"{name}: the stream ended before the job_submit: {orch.log_tail()}")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _write_file(path: Path, size: int) -> None:
+def _checkpoint_files(directory: Path) -> Path:
+    """checkpoint-100/ of the tiny trainer, made 1 GiB by its padding.bin."""
+    ckpt = directory / "checkpoint-100"
+    ckpt.mkdir(parents=True)
     block = random.Random(7).randbytes(1024 * 1024)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as handle:
-        left = size
-        while left > 0:
-            handle.write(block[: min(left, len(block))])
-            left -= len(block)
+    with (ckpt / "padding.bin").open("wb") as handle:
+        for _ in range(CHECKPOINT_BYTES // len(block)):
+            handle.write(block)
+    state = {"step": 100, "weights": {"weight": 1.0, "bias": 0.0}, "loss": 1.0, "job_id": None}
+    (ckpt / "state.json").write_text(json.dumps(state))
+    return ckpt
 
 
-# --- the measured processes ---------------------------------------------------------------
+async def _store_checkpoint(event: dict[str, Any], ckpt: Path) -> None:
+    from tunefleet.agent.uploads import ArtifactClient
+
+    client = ArtifactClient(event["upload_endpoint"], event["upload_token"])
+    try:
+        files = []
+        for path in sorted(await asyncio.to_thread(lambda: list(ckpt.iterdir()))):
+            stored = await client.put_file(f"checkpoint-100/{path.name}", path)
+            files.append({"key": stored.key, "size": stored.size, "sha256": stored.sha256})
+        manifest = {"checkpoint": "checkpoint-100", "step": 100, "files": files}
+        await client.put_bytes(
+            "checkpoint-100/.tunefleet-manifest.json", json.dumps(manifest).encode()
+        )
+    finally:
+        await client.close()
 
 
-def _child(*args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.agent_artifacts", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+# --- measurements -------------------------------------------------------------------------
+
+
+def _measure_upload(orch: Orchestrator, base: Path) -> dict[str, Any]:
+    event = _first_worker_takes(orch, "bench-uploader", {"x": 1})
+    source = base / "upload.bin"
+    block = os.urandom(1024 * 1024)
+    with source.open("wb") as handle:
+        for _ in range(UPLOAD_BYTES // len(block)):
+            handle.write(block)
+    env = {**os.environ, "BENCH_ENDPOINT": event["upload_endpoint"],
+           "BENCH_TOKEN": event["upload_token"], "BENCH_FILE": str(source)}  # fmt: skip
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.agent_artifacts"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+    finally:
+        source.unlink(missing_ok=True)
+    finished = {"status": "completed", "attempt": event["attempt"]}
+    _api(
+        orch, "POST", f"/api/workers/job/{event['job_id']}/status", finished, event["worker_token"]
     )
     if done.returncode != 0:
-        raise RuntimeError(f"bench child {args[0]} failed: {done.stderr[-2000:]}")
+        raise RuntimeError(f"the uploader failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _measure_upload(base: Path, endpoint: str) -> dict[str, Any]:
-    source = base / "upload.bin"
-    _write_file(source, UPLOAD_BYTES)
+def _measure_dispatch_to_start(orch: Orchestrator, base: Path, n: int, ckpt: Path | None) -> float:
+    event = _first_worker_takes(orch, f"bench-first-{n}", TRAINER_CONFIG)
+    job_id, first_token = event["job_id"], event["worker_token"]
+    if ckpt is not None:
+        asyncio.run(_store_checkpoint(event, ckpt))
+    # The first worker goes away mid-run: the job is queued again, for the real agent.
+    gone = {"worker_id": event["worker_id"], "reason": "bench: the spot instance was reclaimed"}
+    _api(orch, "POST", "/api/workers/disconnect", gone, first_token)
+    created = _api(orch, "POST", "/api/admin/workers", {"name": f"bench-agent-{n}"})
+    work = base / f"agent-{n}"
+    env = {**os.environ, "SIMPLETUNER_ORCHESTRATOR_URL": f"http://127.0.0.1:{orch.port}",
+           "SIMPLETUNER_WORKER_TOKEN": created["token"]}  # fmt: skip
+    log = (base / f"agent-{n}.log").open("wb")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "tunefleet", "worker", "--work-dir", str(work)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    log_path = base / f"agent-{n}.log"
     try:
-        return _child("upload", endpoint, str(source))
+        started = _wait_trainer_started(log_path, timeout_s=300)
+        _api(orch, "POST", f"/api/queue/{job_id}/cancel", {})
+        agent.wait(timeout=60)  # ephemeral: gone once its job is reported
     finally:
-        source.unlink(missing_ok=True)
-        shutil.rmtree(base / "store" / "objects", ignore_errors=True)
+        if agent.poll() is None:
+            agent.kill()
+        log.close()
+        restored = "restored checkpoint-100" in _read(work / "jobs" / job_id, "output.log")
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+    if ckpt is not None and not restored:
+        raise RuntimeError(
+            f"the retry did not restore checkpoint-100: {_read(base, log_path.name)}"
+        )
+    job = _api(orch, "GET", f"/api/queue/{job_id}")
+    dispatched = [a["dispatched_at"] for a in job["attempt_history"] if a["number"] >= 2]
+    return started - _seconds(dispatched[-1])
 
 
-def _measure_resume(base: Path, endpoint: str, store_root: Path) -> dict[str, Any]:
-    # A stored checkpoint-100 of the tiny trainer, with a padding.bin that makes it big.
-    ckpt = store_root / "objects" / "checkpoint-100"
-    _write_file(ckpt / "padding.bin", CHECKPOINT_BYTES)
-    state = {"step": 100, "weights": {"weight": 1.0, "bias": 0.0}, "loss": 1.0, "job_id": "j_b"}
-    (ckpt / "state.json").write_text(json.dumps(state))
-    files = [
-        {"key": f"checkpoint-100/{p.name}", "size": p.stat().st_size, "sha256": _sha(p)}
-        for p in sorted(ckpt.iterdir())
-    ]
-    manifest = {"checkpoint": "checkpoint-100", "step": 100, "files": files}
-    (ckpt / ".tunefleet-manifest.json").write_text(json.dumps(manifest))
-    timings = [
-        _child("resume", endpoint, str(base / f"work-{n}"), "checkpoint-100")["start_s"]
-        for n in range(RESUMES)
-    ]
-    fresh = _child("resume", endpoint, str(base / "work-fresh"), "")["start_s"]
-    return {"with_checkpoint_s": timings, "fresh_s": fresh}
+def _wait_trainer_started(log_path: Path, timeout_s: float) -> float:
+    """When the agent started the trainer's process: its "job started" log line's time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in _read(log_path.parent, log_path.name).splitlines():
+            if "job started" in line and "[tunefleet.agent.executor]" in line:
+                return _seconds(line.split()[0])
+        time.sleep(0.2)
+    raise RuntimeError(f"the retried job's trainer did not start within {timeout_s:g} s")
 
 
-def _sha(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
+def _read(directory: Path, name: str) -> str:
+    found = list(directory.rglob(name)) if directory.exists() else []
+    return "\n".join(p.read_text(errors="replace") for p in found)
+
+
+def _seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+# --- the uploader process -----------------------------------------------------------------
 
 
 def _rss_bytes() -> int:
@@ -190,68 +233,40 @@ def _rss_bytes() -> int:
     return 0
 
 
-async def _upload(endpoint: str, source: str) -> dict[str, Any]:
+async def _upload(endpoint: str, token: str, source: Path) -> dict[str, Any]:
     from tunefleet.agent.uploads import ArtifactClient
 
-    client = ArtifactClient(endpoint, TOKEN)
+    client = ArtifactClient(endpoint, token)
     peak = 0
     stop = threading.Event()
 
     def sample() -> None:
         nonlocal peak
-        while not stop.is_set():
+        while not stop.wait(0.02):
             peak = max(peak, _rss_bytes())
-            time.sleep(0.02)
 
     before = _rss_bytes()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     started = time.perf_counter()
     try:
-        stored = await client.put_file("bench/upload.bin", Path(source))
+        stored = await client.put_file("bench/upload.bin", source)
     finally:
         elapsed = time.perf_counter() - started
         stop.set()
         sampler.join()
         await client.close()
+    assert len(stored.sha256) == len(hashlib.sha256().hexdigest())
     return {
-        "rss_growth_mib": round((peak - before) / 1024**2, 1),
+        "rss_growth_mib": round(max(0, peak - before) / 1024**2, 1),
         "mb_per_s": round(stored.size / elapsed / 1e6, 1),
     }
 
 
-async def _resume(endpoint: str, work_dir: str, checkpoint: str) -> dict[str, Any]:
-    from tunefleet.agent.executor import JobExecutor, JobStarted
-    from tunefleet.agent.job_events import ArtifactPlan, ExecutorEvent, JobSpec
-
-    executor = JobExecutor(work_dir, [sys.executable, "-m", "tunefleet.examples.tiny_trainer"])
-    started_at: list[float] = []
-
-    async def on_event(event: ExecutorEvent) -> None:
-        if isinstance(event, JobStarted) and not started_at:
-            started_at.append(time.perf_counter())
-            await executor.cancel("bench: the trainer started, that is all we time")
-
-    spec = JobSpec(
-        job_id="j_b",
-        attempt=2,
-        config={"max_train_steps": 1_000_000, "step_seconds": 0.01},
-        artifacts=ArtifactPlan(endpoint, TOKEN, checkpoint or None),
-    )
-    dispatched = time.perf_counter()
-    await executor.run(spec, on_event)
-    shutil.rmtree(work_dir, ignore_errors=True)
-    return {"start_s": round(started_at[0] - dispatched, 3)}
-
-
-def _main(argv: list[str]) -> None:
-    if argv[0] == "upload":
-        result = asyncio.run(_upload(argv[1], argv[2]))
-    else:
-        result = asyncio.run(_resume(argv[1], argv[2], argv[3]))
-    print(json.dumps(result))
-
-
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    _main(sys.argv[1:])
+    result = asyncio.run(
+        _upload(
+            os.environ["BENCH_ENDPOINT"], os.environ["BENCH_TOKEN"], Path(os.environ["BENCH_FILE"])
+        )
+    )
+    print(json.dumps(result))
