@@ -18,6 +18,7 @@ from tunefleet.actors.matching import (
     PendingJob,
     Requirements,
     WorkerView,
+    label_matches,
     plan,
     unmet,
 )
@@ -53,8 +54,10 @@ def fleets(draw: st.DrawFn) -> list[WorkerView]:
                 gpu_count=draw(st.sampled_from([0, 1, 1, 2, 4, 8])),
                 gpu_vram_gb=draw(st.sampled_from([None, 16.0, 24.0, 40.0, 80.0])),
                 gpu_name=draw(st.sampled_from(GPU_NAMES)),
-                # Now and then registered with no open stream (not yet, or no longer).
-                connected=draw(st.integers(0, 3)) > 0,
+                # Now and then registered with no open stream (not yet, or no longer),
+                # or never registered at all (its GPUs unknown).
+                connected=(connected := draw(st.integers(0, 3)) > 0),
+                hardware_known=connected or draw(st.booleans()),
                 allowed_commands=draw(st.sampled_from(ALLOWED_COMMANDS)),
             )
         )
@@ -249,12 +252,22 @@ def test_wait_reason_agrees_with_plan(
         reason = wait_reason(job.requirements, fleet, idle_after)
         matching = [w for w in fleet if unmet(job.requirements, w) is None]
         qualifying = [w for w in matching if w.connected]
-        absent = sorted(w.worker_id for w in matching if not w.connected)
+        absent = sorted(w.worker_id for w in matching if not w.connected and w.hardware_known)
+        req = job.requirements
+        maybe = [  # never registered: judged on the target and labels alone
+            w
+            for w in fleet
+            if not w.hardware_known
+            and (req.target == "auto" or (req.target == "local") == w.is_local)
+            and all(label_matches(w.labels, k, p) for k, p in req.labels.items())
+        ]
         # Right after a pass nothing idle qualifies, so the reason is never "imminent".
         assert "dispatch is imminent" not in reason
         assert reason.startswith("every qualifying worker is busy") == bool(qualifying)
         assert not {w.worker_id for w in qualifying} & idle_after
-        assert ("not connected" in reason) == bool(absent)
+        said_absent = " is not connected" in reason or " are not connected" in reason
+        assert said_absent == bool(absent)
+        assert ("may match but" in reason) == bool(maybe and not absent)
         if absent and not qualifying:
             assert reason.startswith("matching worker") and absent[0] in reason
 

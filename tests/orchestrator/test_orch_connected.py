@@ -5,7 +5,7 @@ a job's wait reason says when a matching worker exists but is not connected."""
 from __future__ import annotations
 
 import pytest
-from orchestrator_testkit import FleetHarness
+from orchestrator_testkit import FakeAgent, FleetHarness, gpu_report
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -66,17 +66,27 @@ async def test_wait_reason_names_a_matching_worker_that_has_not_connected_yet(
     assert nlp.submitted_jobs() == [job_id]
 
 
-async def test_a_created_worker_that_never_connected_is_named_for_a_cpu_job(
-    harness: FleetHarness,
-) -> None:
-    # Before its first registration only its admin labels are known (no GPUs yet).
+async def test_a_created_worker_that_never_connected_may_match(harness: FleetHarness) -> None:
+    # Before its first registration only its admin labels are known, not its GPUs.
+    other = await harness.agent("other", labels={"team": "vision"})
     nlp = await harness.create_worker("nlp-1", labels={"team": "nlp"})
+    await harness.create_worker("cv-2", labels={"team": "vision"})
     await harness.settle()
-    job_id = await harness.submit(labels={"team": "nlp"}, gpu_count=0)
+    job_id = await harness.submit(labels={"team": "nlp"}, gpu_count=2)
     assert await harness.fleet.wait_reason(job_id) == (
-        f"matching worker {nlp} is not connected (registered, no open stream); "
-        "the job starts when it connects"
+        f"worker {nlp} may match but has not connected yet (its GPUs are not known until it "
+        "does); the job may start when it connects"
     )
+    # Once it has registered its GPUs are judged like anyone's.
+    agent = FakeAgent(harness, nlp, "nlp-1", gpu_report(count=1), {})
+    await agent.register()
+    await harness.settle()
+    # (It has 1 GPU, so it no longer matches: the reason is about the connected fleet.)
+    assert await harness.fleet.wait_reason(job_id) == (
+        "needs 2 GPUs; the only remote worker has 1; no worker matches label team=nlp "
+        f"(closest: {other.worker_id} has team=vision)"
+    )
+    assert other.submitted_jobs() == []
 
 
 async def test_wait_reason_without_a_matching_worker_is_unchanged(harness: FleetHarness) -> None:

@@ -103,6 +103,8 @@ class WorkerView:
     connected: bool = True
     # What the agent said it will run (--allowed-commands); None: not said, anything.
     allowed_commands: tuple[str, ...] | None = None
+    # False until its agent first registers: its GPUs are unknown (reported as none).
+    hardware_known: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ class WorkerRecord:
             gpu_name=self.gpu_name,
             connected=connected,
             allowed_commands=self.allowed_commands,
+            hardware_known=self.connected_at is not None,  # set by the first registration
         )
 
     def apply_registration(self, msg: m.Register, now: float) -> None:

@@ -40,11 +40,28 @@ def wait_reason(req: Requirements, fleet: Sequence[WorkerView], idle_ids: Collec
         return reason
     key = req.key()
     sides = SIDES[req.target]
-    absent = sorted(
-        (w.worker_id for w in fleet if not w.connected and w.is_local in sides and fits(key, w)),
-    )
+    away = [w for w in fleet if not w.connected and w.is_local in sides]
+    absent = sorted(w.worker_id for w in away if w.hardware_known and fits(key, w))
     if not absent:
-        return reason
+        # Never registered: only its admin labels are known, its GPUs not until it connects.
+        maybe = sorted(
+            w.worker_id
+            for w in away
+            if not w.hardware_known and all(label_matches(w.labels, k, p) for k, p in key.labels)
+        )
+        if not maybe:
+            return reason
+        one = len(maybe) == 1
+        waiting = (
+            f"worker {maybe[0]} may match but has not connected yet "
+            "(its GPUs are not known until it does)"
+            if one
+            else f"workers {_list_ids(maybe)} may match but have not connected yet "
+            "(their GPUs are not known until they do)"
+        )
+        if busy is not None:
+            return f"{reason}; {waiting}"
+        return f"{waiting}; the job may start when {'it' if one else 'one'} connects"
     one = len(absent) == 1
     if busy is not None:
         verb = "matches but is" if one else "match but are"
