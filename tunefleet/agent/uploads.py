@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -358,7 +358,7 @@ class ArtifactClient:
         offset: int = 0,
         length: int = 0,
         digest: list[Any] | None = None,
-    ) -> tuple[int, Any, dict[str, str]]:
+    ) -> tuple[int, Any, Mapping[str, str]]:
         """One request, its body re-made for each redirect (a stream cannot be replayed).
         A file body's bytes go into ``digest[0]`` (a hashlib object) as they are read."""
         headers = dict(self._headers)
@@ -377,7 +377,8 @@ class ArtifactClient:
                     timeout=self._timeout, allow_redirects=False,
                 ) as response:  # fmt: skip
                     payload = await _read_body(response)
-                    status, reply_headers = response.status, dict(response.headers)
+                    # Case-insensitive: a bucket may spell it "etag" (moto does).
+                    status, reply_headers = response.status, response.headers.copy()
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
                 self._fall_back_from(url, error)
                 raise StoreUnreachable(f"{what} failed: {_describe(error)}") from None
