@@ -102,6 +102,7 @@ class Database:
         self._pw: pw.Database | None = None
         self._reads = self._writes = self._failed_writes = self._groups = 0
         self._rollback_listeners: list[Callable[[], None]] = []
+        self._fence: Callable[[pw.Database], None] | None = None
         self._thread = threading.Thread(
             target=self._run, name=f"tunefleet-db-{config.backend}", daemon=True
         )
@@ -111,6 +112,15 @@ class Database:
         """Call `forget` on the DB thread whenever a write is rolled back, for what a
         repository remembers of its own writes (a rolled-back row must be forgotten)."""
         self._rollback_listeners.append(forget)
+
+    def set_write_fence(self, fence: Callable[[pw.Database], None] | None) -> None:
+        """Run `fence` on the DB thread first in every write group's transaction; if it
+        raises, nothing of the group is written (leadership.fence: the term check)."""
+        self._fence = fence
+
+    @property
+    def config(self) -> DatabaseConfig:
+        return self._config
 
     @property
     def stats(self) -> DatabaseStats:
@@ -243,6 +253,8 @@ class Database:
             database = self._connection()
             begin = ("IMMEDIATE",) if self.backend == "sqlite" else ()
             with database.atomic(*begin):
+                if self._fence is not None:
+                    self._fence(database)
                 for number, call in enumerate(group):
                     # A savepoint each, so a failing write undoes only itself. Plain SQL:
                     # peewee's savepoints cost a uuid4 and a context object apiece.

@@ -217,6 +217,23 @@ def _artifacts(database: pw.Database) -> None:
     )
 
 
+def _leader_lease(database: pw.Database) -> None:
+    # One row (id 1) once an orchestrator on PostgreSQL has claimed leadership; see
+    # storage/leadership.py. Times are seconds since the epoch by the database's clock.
+    class LeaderLease(pw.Model):
+        id = pw.IntegerField(primary_key=True)
+        term = pw.BigIntegerField()
+        holder = pw.CharField(max_length=128)
+        advertise_url = pw.TextField(null=True)
+        expires_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "leader_lease"
+
+    LeaderLease._meta.set_database(database)
+    LeaderLease.create_table(safe=False)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -227,6 +244,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _full_tokens_keep_command_and_local,
     ),
     Migration(5, "artifacts: upload tokens, objects, checkpoints, multipart uploads", _artifacts),
+    Migration(6, "leader lease for standby orchestrators on PostgreSQL", _leader_lease),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
