@@ -65,7 +65,8 @@ class Orchestrator:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Orchestrator:
+    def start(self, *, wait_ready: bool = True) -> Orchestrator:
+        """Start the process; wait until it is ready, or (a standby) until it answers."""
         data_dir = (self.cwd or Path.cwd()) / self.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / f"server-{int(time.time() * 1000)}.log"
@@ -91,8 +92,19 @@ class Orchestrator:
         ]
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
-        wait_until(self._ready, timeout_s=30, what="the orchestrator to be ready")
+        if wait_ready:
+            wait_until(self._ready, timeout_s=30, what="the orchestrator to be ready")
+        else:
+            wait_until(self._answers, timeout_s=30, what="the orchestrator to answer")
         return self
+
+    def _answers(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"orchestrator exited: {self.log()}")
+        try:
+            return bool(self.request("GET", "/healthz", token=None))
+        except (OSError, ApiError):
+            return False
 
     def _ready(self) -> bool:
         if self.process is not None and self.process.poll() is not None:

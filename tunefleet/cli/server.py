@@ -8,6 +8,7 @@ import click
 
 from tunefleet.commands import BadPattern, parse_patterns
 from tunefleet.http.app import ServerOptions, run_server
+from tunefleet.storage.leadership import DEFAULT_LEASE_S
 
 DEFAULT_DATA_DIR = Path.home() / ".tunefleet"
 
@@ -127,7 +128,8 @@ def _checked_patterns(
     envvar="TUNEFLEET_ADVERTISE_URL",
     default=None,
     help="The URL workers reach this orchestrator at (job_submit's upload_endpoint is "
-    "built from it); default: the address it listens on.",
+    "built from it; standbys name the active one's in their 503 answers); default: the "
+    "address it listens on.",
 )
 @click.option(
     "--artifact-store",
@@ -159,6 +161,15 @@ def _checked_patterns(
     help="A command the local runner will run, as globs word by word (a last word ** "
     "allows any further arguments; ** alone allows anything); repeatable. Default: the "
     "--local-train-command, python -m simpletuner.train and tunefleet's example trainer.",
+)
+@click.option(
+    "--leader-lease",
+    type=click.FloatRange(min=1.0, max=300.0),
+    default=DEFAULT_LEASE_S,
+    show_default=True,
+    envvar="TUNEFLEET_LEADER_LEASE",
+    help="PostgreSQL only: seconds the active orchestrator's lease lasts without renewal; "
+    "a standby takes over within about this long of the active one going away.",
 )
 @click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import socket
@@ -29,16 +30,20 @@ from tunefleet.audit import AuditLog
 from tunefleet.commands import default_patterns, parse_patterns
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys
-from tunefleet.http.bootstrap import ensure_admin_token, startup_banner
+from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
 from tunefleet.http.errors import request_id_on_prepare
 from tunefleet.http.gc_policy import gc_policy_ctx
+from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership, standby_gate
 from tunefleet.http.metrics import Metrics
 from tunefleet.http.routes import build_routes, middlewares
 from tunefleet.http.tls import ensure_self_signed, fingerprint, server_ssl_context
 from tunefleet.jobconfigs import ConfigCatalog
 from tunefleet.logging import configure_logging
 from tunefleet.storage.database import open_database
+from tunefleet.storage.leadership import DEFAULT_LEASE_S
+from tunefleet.storage.process_lock import lock_sqlite_database
 from tunefleet.storage.store import Store
+from tunefleet.storage.urls import parse_database_url
 
 log = structlog.get_logger(__name__)
 
@@ -77,6 +82,7 @@ class ServerOptions:
     local_allowed_commands: tuple[str, ...] = ()
     log_format: str = "console"
     verbose: bool = False
+    leader_lease: float = DEFAULT_LEASE_S
 
     @classmethod
     def from_cli(cls, values: dict[str, Any]) -> ServerOptions:
@@ -121,13 +127,21 @@ class ServerOptions:
     def scheme(self) -> str:
         return "https" if self.use_ssl else "http"
 
+    @property
+    def database_url_description(self) -> str:
+        return parse_database_url(self.database_url, self.data_dir).description
+
 
 def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Application:
     """The application; storage, actors and the local runner live in its cleanup context,
     storage first so that it closes last."""
     app = web.Application(middlewares=middlewares(), client_max_size=1024**2)
     app[keys.OPTIONS] = options.absolute()
+    gate = standby_gate(lambda request: request.app.get(keys.LEADERSHIP))
+    app = web.Application(middlewares=[*middlewares(), gate], client_max_size=1024**2)
+    app[keys.OPTIONS] = options
     app[keys.CLOCK] = clock or RealClock()
+    app[keys.BACKGROUND] = set()
     app.cleanup_ctx.append(_storage)
     app.cleanup_ctx.append(_fleet)
     app.on_shutdown.append(_close_streams)
@@ -139,21 +153,73 @@ def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Applica
 async def _storage(app: web.Application) -> AsyncIterator[None]:
     options = app[keys.OPTIONS]
     options.data_dir.mkdir(parents=True, exist_ok=True)
-    db = await open_database(options.database_url, options.data_dir)
+    config = parse_database_url(options.database_url, options.data_dir)
+    # SQLite serves one process: a second server on the same file is refused up front.
+    lock = lock_sqlite_database(config.sqlite_path) if config.sqlite_path else None
+    try:
+        db = await open_database(options.database_url, options.data_dir)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     # Stored timestamps come from the same clock as the actors' (a FakeClock in tests).
     app[keys.STORE] = Store(db, now=app[keys.CLOCK].time)
     try:
         yield
     finally:
         await db.close()
+        if lock is not None:
+            lock.release()
 
 
 async def _fleet(app: web.Application) -> AsyncIterator[None]:
+    """The fleet runs while this process is the active orchestrator: at once on SQLite,
+    on PostgreSQL once it holds the lease (at start, or on taking over from another)."""
+    options = app[keys.OPTIONS]
+    app[keys.METRICS] = Metrics()
+    app[keys.HUB] = EventHub()
+    app[keys.CATALOG] = ConfigCatalog(options.configs_dir)
+    app[keys.BANNER] = standby_banner(options)
+    leadership = Leadership(
+        app[keys.STORE].db,
+        advertise_url=options.public_url,
+        lease_s=options.leader_lease,
+        on_step_down=app.get(keys.STEP_DOWN),
+    )
+    app[keys.LEADERSHIP] = leadership
+    running: list[_RunningFleet] = []
+
+    async def activate() -> None:
+        running.append(await _start_fleet(app))
+
+    await leadership.start(activate)
+    try:
+        yield
+    finally:
+        for fleet in running:
+            await fleet.stop()
+        await leadership.close()
+
+
+class _RunningFleet:
+    def __init__(self, fleet: Fleet, runner: LocalRunner | None, audit: AuditLog, probe: GpuProbe):
+        self.fleet, self.runner, self.audit, self.probe = fleet, runner, audit, probe
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.stop()
+        await self.fleet.stop()
+        await self.audit.close()
+        self.probe.close()
+
+
+async def _start_fleet(app: web.Application) -> _RunningFleet:
+    """Build the actors from storage (as after a restart) and start serving them."""
     options = app[keys.OPTIONS]
     clock = app[keys.CLOCK]
     store = app[keys.STORE]
-    metrics = Metrics()
-    hub = EventHub()
+    metrics = app[keys.METRICS]
+    hub = app[keys.HUB]
     audit = AuditLog(store.append_audit, options.data_dir / "audit.jsonl", clock)
     system = ActorSystem(clock)
     ctx = FleetContext(
@@ -179,10 +245,7 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
     local = local_worker_record(inventory, clock.time()) if options.local_runner else None
     await fleet.start(local_worker=local)
     app[keys.FLEET] = fleet
-    app[keys.METRICS] = metrics
-    app[keys.HUB] = hub
     app[keys.AUDIT] = audit
-    app[keys.CATALOG] = ConfigCatalog(options.configs_dir)
     runner: LocalRunner | None = None
     if local is not None:
         command = (
@@ -202,14 +265,7 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
         await runner.start()
     admin_token = await ensure_admin_token(store, options.admin_token)
     app[keys.BANNER] = startup_banner(options, admin_token)
-    try:
-        yield
-    finally:
-        if runner is not None:
-            await runner.stop()
-        await fleet.stop()
-        await audit.close()
-        probe.close()
+    return _RunningFleet(fleet, runner, audit, probe)
 
 
 async def _close_streams(app: web.Application) -> None:
@@ -246,11 +302,20 @@ def _serve(options: ServerOptions) -> int:
         ssl_context = server_ssl_context(cert, key)
         print(f"TLS certificate {cert} (SHA-256 fingerprint {fingerprint(cert)})", flush=True)
     app = build_app(options)
+    app[keys.STEP_DOWN] = _exit_stepped_down
     # Process-wide, so only here: in-process test servers leave the collector alone.
     app.cleanup_ctx.append(gc_policy_ctx)
 
     async def announce(app: web.Application) -> None:
         print(app[keys.BANNER], flush=True)
+        leadership = app[keys.LEADERSHIP]
+        if leadership.role != "active":  # a standby: the full banner once it takes over
+
+            async def announce_takeover() -> None:
+                await leadership.wait_active()
+                print(app[keys.BANNER], flush=True)
+
+            app[keys.BACKGROUND].add(asyncio.create_task(announce_takeover()))
 
     app.on_startup.append(announce)
     try:
@@ -267,3 +332,11 @@ def _serve(options: ServerOptions) -> int:
         print(f"error: cannot listen on {options.host}:{options.port}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _exit_stepped_down(reason: str) -> None:
+    """Another orchestrator holds a newer term. Nothing this process would still write can
+    be written (the fence refuses it), so it ends at once, without a goodbye, and its
+    supervisor starts it again as a standby."""
+    print(f"error: stepping down: {reason}", file=sys.stderr, flush=True)
+    os._exit(STEPPED_DOWN_EXIT_CODE)

@@ -76,3 +76,16 @@ def startup_banner(options: ServerOptions, new_admin_token: str | None) -> str:
             "  (Listening on loopback only: use --host 0.0.0.0 for workers on other machines.)"
         )
     return "\n".join(lines)
+
+
+def standby_banner(options: ServerOptions) -> str:
+    """Printed by a process that starts as a standby (another one holds the lease)."""
+    return "\n".join(
+        [
+            "tunefleet orchestrator (standby) listening on "
+            f"{options.scheme}://{options.host}:{options.port}",
+            f"  Another orchestrator is active on {options.database_url_description}; this",
+            f"  one takes over within {options.leader_lease:g} s of it going away, and answers",
+            "  503 (naming the active one) until then. /healthz shows the role.",
+        ]
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -13,6 +15,7 @@ if TYPE_CHECKING:
     from tunefleet.artifacts.service import Artifacts
     from tunefleet.audit import AuditLog
     from tunefleet.http.app import ServerOptions
+    from tunefleet.http.leadership import Leadership
     from tunefleet.http.metrics import Metrics
     from tunefleet.http.stream_watch import StreamWatch
     from tunefleet.jobconfigs import ConfigCatalog
@@ -29,3 +32,7 @@ CATALOG: web.AppKey[ConfigCatalog] = web.AppKey("catalog")
 BANNER: web.AppKey[str] = web.AppKey("banner")
 ARTIFACTS: web.AppKey[Artifacts] = web.AppKey("artifacts")
 OPEN_STREAMS: web.AppKey[StreamWatch] = web.AppKey("open_streams")
+LEADERSHIP: web.AppKey[Leadership] = web.AppKey("leadership")
+# What the process does when it loses leadership (the real server exits with code 3).
+STEP_DOWN: web.AppKey[Callable[[str], None]] = web.AppKey("step_down")
+BACKGROUND: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("background")

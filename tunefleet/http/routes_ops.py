@@ -10,6 +10,7 @@ from aiohttp import web
 from tunefleet.actors.records import iso
 from tunefleet.http import keys
 from tunefleet.http.body import parse_query
+from tunefleet.http.leadership import refusal_detail
 from tunefleet.http.route_table import routes
 from tunefleet.http.schemas_admin import AuditListQuery, AuditListResponse, AuditVerifyResponse
 from tunefleet.http.sse_follow import stream_events
@@ -17,7 +18,9 @@ from tunefleet.http.sse_follow import stream_events
 
 @routes.route("GET", "/healthz", summary="Liveness: the process answers", tags=["ops"])
 async def healthz(request: web.Request) -> web.StreamResponse:
-    return web.json_response({"status": "ok"})
+    leadership = request.app.get(keys.LEADERSHIP)
+    role = leadership.view() if leadership is not None else {}
+    return web.json_response({"status": "ok", **role})
 
 
 @routes.route(
@@ -25,9 +28,19 @@ async def healthz(request: web.Request) -> web.StreamResponse:
     "/readyz",
     summary="Readiness: storage answers and the fleet is loaded",
     tags=["ops"],
-    errors={503: "Not ready yet (starting, stopping or storage unreachable)"},
+    errors={
+        503: "Not ready: starting, stopping, storage unreachable, or a standby orchestrator "
+        "(status names the role, active_url the active one)"
+    },
 )
 async def readyz(request: web.Request) -> web.StreamResponse:
+    leadership = request.app.get(keys.LEADERSHIP)
+    if leadership is not None and leadership.role != "active":
+        detail = refusal_detail(leadership)
+        return web.json_response(
+            {"status": leadership.role, "detail": detail, "active_url": leadership.active_url},
+            status=503,
+        )
     fleet = request.app.get(keys.FLEET)
     store = request.app.get(keys.STORE)
     if fleet is None or store is None:
