@@ -69,7 +69,7 @@ class Agent:
         self.settings = settings
         self.gpu = gpu
         self.client = client or WorkerClient(
-            settings.orchestrator_url,
+            settings.urls,
             settings.worker_token,
             tls=client_ssl_context(settings.ca_cert, settings.verify_tls),
             request_timeout_s=settings.request_timeout_s,
@@ -152,7 +152,7 @@ class Agent:
         log.info(
             "worker agent starting",
             name=self.settings.name,
-            orchestrator=self.settings.orchestrator_url,
+            orchestrator=",".join(self.settings.urls),
             persistent=self.settings.persistent,
             version=__version__,
         )
@@ -320,6 +320,10 @@ class Agent:
         if gone_too_long and self.jobs.running is None:
             raise error  # an ephemeral worker stops paying for an orchestrator that is gone
         delay = backoff.next_delay()
+        if self.client.untried_url:
+            # Moved to another orchestrator (a standby taking over): try it soon, spread
+            # over a second so that a whole fleet does not arrive in one instant.
+            delay = min(delay, self._rng.uniform(0.0, self.settings.backoff_base_s))
         if self.jobs.running is not None or self.jobs.held is not None:
             # A job in hand: try at least as often as heartbeats go, so a restarted
             # orchestrator hears from us before its heartbeat deadline and does not

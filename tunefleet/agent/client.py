@@ -12,7 +12,7 @@ import errno
 import json
 import socket
 import ssl
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -105,27 +105,59 @@ class Registration:
 
 
 class WorkerClient:
-    """One aiohttp session to one orchestrator, authenticated with the worker token.
+    """One aiohttp session to the orchestrator, authenticated with the worker token.
 
     ``base_url`` may carry a path prefix (a reverse proxy's), which every endpoint keeps.
+    Given several URLs (an active orchestrator and its standbys), the client talks to one
+    at a time and moves on when it answers 503 or cannot be reached: to the URL a
+    standby's 503 names as the active one when it is in the list (never elsewhere: the
+    token only goes where the user sent it), else to the next one. The agent's retry then
+    registers there.
     """
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         token: str,
         *,
         tls: ssl.SSLContext | bool = True,
         request_timeout_s: float = 30.0,
         connect_timeout_s: float = 10.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.base_urls = [url.rstrip("/") for url in urls]
+        self._current = 0
+        self.failovers = 0
+        self._failed: set[str] = set()  # URLs that failed us since the last answer
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._headers = {"X-Worker-Token": token, "User-Agent": USER_AGENT}
         self._api_token_given = token.startswith(API_TOKEN_PREFIX)
         self._tls = tls
         self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.base_urls[self._current]
+
+    def _fail_over(self, used: str, data: Any = None) -> None:
+        """The orchestrator at `used` did not serve us: pick the one to try next."""
+        if len(self.base_urls) < 2 or used != self.base_url:
+            return  # one URL only, or another request moved on already
+        self._failed.add(used)
+        named = data.get("active_url") if isinstance(data, dict) else None
+        named = named.rstrip("/") if isinstance(named, str) else None
+        if named in self.base_urls and named != used:
+            self._current = self.base_urls.index(named)
+        else:
+            self._current = (self._current + 1) % len(self.base_urls)
+        self.failovers += 1
+
+    @property
+    def untried_url(self) -> bool:
+        """The client moved to a URL that has not failed it yet in this outage: worth
+        trying at once rather than after the usual back-off."""
+        return bool(self._failed) and self.base_url not in self._failed
 
     async def __aenter__(self) -> WorkerClient:
         return self
@@ -179,6 +211,7 @@ class WorkerClient:
     ) -> AsyncGenerator[SseEvent, None]:
         """The job stream's events. Ends only by raising: a closed or silent stream is
         ``StreamLost``. Wrap it in ``contextlib.aclosing`` so it closes promptly."""
+        used = self.base_url
         url = sse_url if sse_url.startswith(("http://", "https://")) else self._url(sse_url)
         headers = {**self._headers, "Accept": "text/event-stream", "Cache-Control": "no-cache"}
         if last_event_id is not None:
@@ -190,6 +223,8 @@ class WorkerClient:
             async with self._client().get(url, headers=headers, timeout=timeout) as response:
                 if response.status != 200:
                     data = await _read_body(response)
+                    if response.status == 503:
+                        self._fail_over(used, data)
                     self._raise_for_status(response.status, data, "job stream")
                 if response.content_type != "text/event-stream":
                     raise StreamLost(f"{url} answered {response.content_type}, not an event stream")
@@ -199,11 +234,13 @@ class WorkerClient:
                         yield event
             raise StreamLost("the orchestrator closed the job stream")
         except TimeoutError as error:
+            self._fail_over(used)
             raise StreamLost(
                 f"no event or ping on the job stream for {read_timeout_s:g} s"
             ) from error
         except aiohttp.ClientError as error:
-            raise connection_error(self.base_url, error) from error
+            self._fail_over(used)
+            raise connection_error(used, error) from error
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -227,17 +264,24 @@ class WorkerClient:
         timeout = aiohttp.ClientTimeout(
             total=timeout_s or self.request_timeout_s, sock_connect=self.connect_timeout_s
         )
+        used = self.base_url
         try:
             async with self._client().request(
-                method, self._url(path), json=body, headers=self._headers, timeout=timeout
+                method, used + path, json=body, headers=self._headers, timeout=timeout
             ) as response:
                 data = await _read_body(response)
         except TimeoutError as error:
+            self._fail_over(used)
             raise OrchestratorUnreachable(
-                f"{what} to {self.base_url} timed out after {timeout.total:g} s"
+                f"{what} to {used} timed out after {timeout.total:g} s"
             ) from error
         except aiohttp.ClientError as error:
-            raise connection_error(self.base_url, error) from error
+            self._fail_over(used)
+            raise connection_error(used, error) from error
+        if response.status == 503:
+            self._fail_over(used, data)
+        elif response.status < 500:
+            self._failed.clear()
         self._raise_for_status(response.status, data, what)
         return data
 

@@ -79,6 +79,13 @@ class AgentSettings:
     # How long a stop may take: the job's graceful end, the last reports, disconnect.
     stop_timeout_s: float = 30.0
     hostname: str = field(default_factory=socket.gethostname)
+    # Several orchestrators (one active, the others standing by): the agent moves to the
+    # next one on 503 or a lost connection. Empty: just orchestrator_url.
+    orchestrator_urls: tuple[str, ...] = ()
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self.orchestrator_urls or (self.orchestrator_url,)
 
     @property
     def verify_tls(self) -> bool:
@@ -106,7 +113,8 @@ def resolve_settings(
     Raises SettingsError (the command line turns it into exit code 2).
     """
     warnings: list[str] = []
-    url = _orchestrator_url(orchestrator_url)
+    urls = _orchestrator_urls(orchestrator_url)
+    url = urls[0]
     token = (worker_token or "").strip()
     if not token:
         raise SettingsError(
@@ -119,11 +127,12 @@ def resolve_settings(
         raise SettingsError("--ssl-no-verify and --ca-cert contradict each other; pass one.")
     if ssl_no_verify:
         warnings.append(SSL_NO_VERIFY_WARNING)
-    if url.startswith("http://") and not _is_loopback(url):
-        warnings.append(
-            f"The worker token travels unencrypted to {url}; use https:// "
-            "(tunefleet server --ssl, or TLS at a reverse proxy) outside a trusted network."
-        )
+    for each in urls:
+        if each.startswith("http://") and not _is_loopback(each):
+            warnings.append(
+                f"The worker token travels unencrypted to {each}; use https:// "
+                "(tunefleet server --ssl, or TLS at a reverse proxy) outside a trusted network."
+            )
     if heartbeat_interval_s <= 0 or stream_timeout_s <= 0:
         raise SettingsError("--heartbeat-interval and --stream-timeout must be positive.")
     if reconnect_timeout_s is not None and reconnect_timeout_s < 0:
@@ -133,6 +142,7 @@ def resolve_settings(
     command = _train_command(train_command)
     settings = AgentSettings(
         orchestrator_url=url,
+        orchestrator_urls=urls if len(urls) > 1 else (),
         worker_token=token,
         name=(name or "").strip() or socket.gethostname(),
         persistent=persistent,
@@ -166,6 +176,20 @@ def parse_labels(values: Iterable[str]) -> dict[str, str]:
                 )
             labels[key.strip()] = label.strip()
     return labels
+
+
+def _orchestrator_urls(raw: str | None) -> tuple[str, ...]:
+    """One URL, or several separated by commas (orchestrators standing by for each other)."""
+    parts = [part.strip() for part in (raw or "").split(",")]
+    if len(parts) > 1 and not all(parts):
+        raise SettingsError(
+            f"The orchestrator URL list {raw!r} has an empty entry: separate URLs with "
+            "single commas (e.g. https://orch-a:8001,https://orch-b:8001)."
+        )
+    urls = tuple(_orchestrator_url(part) for part in parts)
+    if len(set(urls)) != len(urls):
+        raise SettingsError(f"The orchestrator URL list {raw!r} names a URL twice.")
+    return urls
 
 
 def _orchestrator_url(raw: str | None) -> str:

@@ -22,8 +22,9 @@ from tunefleet.logging import configure_logging
 @click.option(
     "--orchestrator-url",
     envvar=s.ENV_URL,
-    metavar="URL",
-    help=f"Orchestrator base URL, e.g. https://host:8001 (or {s.ENV_URL}).",
+    metavar="URL[,URL...]",
+    help="Orchestrator base URL, e.g. https://host:8001, or several separated by commas "
+    f"(an active one and its standbys) (or {s.ENV_URL}).",
 )
 @click.option(
     "--worker-token",
