@@ -8,6 +8,7 @@ user reads, with what to do about it, and whose ``exit_code`` the command exits 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import json
@@ -99,7 +100,16 @@ class Connection:
 
     @property
     def base_url(self) -> str:
-        return self.url.rstrip("/")
+        return self.urls[0]
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Several orchestrators (one active, the others standing by) are comma-separated."""
+        return tuple(part.strip().rstrip("/") for part in self.url.split(",") if part.strip())
+
+    def at(self, url: str) -> Connection:
+        """The same connection to one of its URLs (what messages name)."""
+        return dataclasses.replace(self, url=url)
 
 
 def _tls_hint() -> str:
@@ -168,6 +178,12 @@ def status_error(conn: Connection, status: int, detail: str) -> CliError:
             f"an administrator can make one with "
             f"`tunefleet tokens create NAME --permission {permission}`."
         )
+    if status == 503 and ("standby" in detail or "stepped down" in detail):
+        return Unreachable(
+            f"The orchestrator at {conn.base_url} is not the active one (HTTP 503: {detail}). "
+            f"Use the active one's URL, or give every orchestrator's in --url (or {ENV_URL}) "
+            "separated by commas so that the command finds the active one."
+        )
     if status == 503:
         return Unreachable(
             f"The orchestrator at {conn.base_url} is starting or stopping (HTTP 503: {detail}); "
@@ -177,12 +193,19 @@ def status_error(conn: Connection, status: int, detail: str) -> CliError:
 
 
 class ApiClient:
-    """One aiohttp session to one orchestrator, authenticated with the API token."""
+    """One aiohttp session to the orchestrator, authenticated with the API token.
+
+    With several URLs, a request that one of them answers 503 (a standby) or that cannot
+    connect to it (so nothing was sent) goes to the URL the 503 names as active when it
+    is listed, else to the next; the client stays with the one that answered.
+    """
 
     def __init__(
         self, conn: Connection, *, request_timeout_s: float = 30.0, connect_timeout_s: float = 10.0
     ) -> None:
-        self.conn = conn
+        self._all = conn
+        self._urls = conn.urls or (DEFAULT_URL,)
+        self.conn = conn.at(self._urls[0])
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
@@ -221,6 +244,16 @@ class ApiClient:
     def url(self, path: str) -> str:
         return self.conn.base_url + path
 
+    def _next(self, data: Any = None) -> None:
+        """Move to the listed URL a standby's 503 names as active, else to the next."""
+        named = data.get("active_url") if isinstance(data, dict) else None
+        named = named.rstrip("/") if isinstance(named, str) else None
+        current = self._urls.index(self.conn.base_url)
+        if named in self._urls and named != self.conn.base_url:
+            self.conn = self.conn.at(named)
+        else:
+            self.conn = self.conn.at(self._urls[(current + 1) % len(self._urls)])
+
     # --- requests ---------------------------------------------------------------------
 
     async def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -244,20 +277,30 @@ class ApiClient:
         timeout = aiohttp.ClientTimeout(
             total=self.request_timeout_s, sock_connect=self.connect_timeout_s
         )
-        try:
-            async with self._client().request(
-                method, self.url(path), json=body, params=_query(params), timeout=timeout
-            ) as response:
-                text = await response.text(errors="replace")
-                data = self._decode(response, text)
-        except aiohttp.ClientError as error:
-            raise connection_error(self.conn, error) from error
-        except TimeoutError as error:
-            raise connection_error(self.conn, error) from error
-        if response.status >= 400:
-            detail = data.get("detail") if isinstance(data, dict) else None
-            raise status_error(self.conn, response.status, str(detail or text[:200]))
-        return data
+        for tries_left in reversed(range(len(self._urls))):
+            try:
+                async with self._client().request(
+                    method, self.url(path), json=body, params=_query(params), timeout=timeout
+                ) as response:
+                    text = await response.text(errors="replace")
+                    data = self._decode(response, text)
+            except aiohttp.ClientConnectorError as error:  # nothing was sent: try the next
+                if tries_left and not isinstance(error, aiohttp.ClientSSLError):
+                    self._next()
+                    continue
+                raise connection_error(self.conn, error) from error
+            except aiohttp.ClientError as error:
+                raise connection_error(self.conn, error) from error
+            except TimeoutError as error:
+                raise connection_error(self.conn, error) from error
+            if response.status == 503 and tries_left:  # a standby: the request was not run
+                self._next(data)
+                continue
+            if response.status >= 400:
+                detail = data.get("detail") if isinstance(data, dict) else None
+                raise status_error(self.conn, response.status, str(detail or text[:200]))
+            return data
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _decode(self, response: aiohttp.ClientResponse, text: str) -> Any:
         try:
@@ -333,12 +376,23 @@ class ApiClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.connect_timeout_s, sock_read=read_timeout_s
         )
-        try:
-            response = await self._client().get(
-                self.url(path), params=_query(params), headers=headers, timeout=timeout
-            )
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise connection_error(self.conn, error) from error
+        for tries_left in reversed(range(len(self._urls))):
+            try:
+                response = await self._client().get(
+                    self.url(path), params=_query(params), headers=headers, timeout=timeout
+                )
+            except aiohttp.ClientConnectorError as error:
+                if tries_left and not isinstance(error, aiohttp.ClientSSLError):
+                    self._next()
+                    continue
+                raise connection_error(self.conn, error) from error
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise connection_error(self.conn, error) from error
+            if response.status != 503 or not tries_left:
+                break
+            text = await response.text(errors="replace")
+            response.release()
+            self._next(self._decode(response, text))
         try:
             if response.status >= 400:
                 text = await response.text(errors="replace")

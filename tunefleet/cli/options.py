@@ -33,12 +33,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _check_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise click.BadParameter(
-            f"{value!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})"
-        )
-    return value.strip()
+    """One URL, or several separated by commas (an active orchestrator and its standbys)."""
+    urls = [part.strip() for part in value.split(",")]
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise click.BadParameter(
+                f"{url!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL}; several "
+                "orchestrators: URL1,URL2)"
+            )
+    return ",".join(urls)
 
 
 def connection_options(func: F) -> F:
@@ -65,7 +69,7 @@ def connection_options(func: F) -> F:
             default=DEFAULT_URL,
             show_default=True,
             callback=_check_url,
-            help=f"The orchestrator's base URL (or {ENV_URL}).",
+            help=f"The orchestrator's base URL, or several separated by commas (or {ENV_URL}).",
         ),
         click.option(
             "--token",
