@@ -36,9 +36,16 @@ class FaultKind(StrEnum):
     RESTART_ORCHESTRATOR = "restart_orchestrator"
     # the agent's veth link down, then up (agents in their own network namespace only).
     CUT_NETWORK = "cut_network"
+    # kill -9 of the active one of several orchestrators on PostgreSQL
+    # (tests/chaos/chaos_ha.OrchestratorGroup): a standby takes over; the killed one is
+    # started again later and stands by.
+    KILL_ACTIVE_ORCHESTRATOR = "kill_active_orchestrator"
 
 
-AGENT_FAULTS = frozenset(FaultKind) - {FaultKind.RESTART_ORCHESTRATOR}
+ORCHESTRATOR_FAULTS = frozenset(
+    {FaultKind.RESTART_ORCHESTRATOR, FaultKind.KILL_ACTIVE_ORCHESTRATOR}
+)
+AGENT_FAULTS = frozenset(FaultKind) - ORCHESTRATOR_FAULTS
 
 
 class FaultTarget(Protocol):
@@ -127,6 +134,14 @@ class FaultInjector:
             if f.kind in (FaultKind.KILL_AGENT, FaultKind.CRASH_HOST)
         }
 
+    def killed_orchestrators(self) -> set[str]:
+        """URLs of orchestrator processes killed by a fault and not started again yet."""
+        return {
+            str(fault.detail.get("victim"))
+            for _, fault, _ in self._heals
+            if fault.kind == FaultKind.KILL_ACTIVE_ORCHESTRATOR
+        }
+
     def counts(self) -> dict[str, int]:
         counted: dict[str, int] = {}
         for fault in self.faults:
@@ -148,12 +163,18 @@ class FaultInjector:
                 target = self.rng.choice(targets)
                 if kind == FaultKind.RESTART_ORCHESTRATOR:
                     self._restart_orchestrator()
+                elif kind == FaultKind.KILL_ACTIVE_ORCHESTRATOR:
+                    self._kill_active_orchestrator()
                 else:
                     self._hit_agent(kind, self.agents[target])
                 return
 
     def _targets(self, kind: FaultKind) -> list[str]:
-        if kind == FaultKind.RESTART_ORCHESTRATOR:
+        if kind in ORCHESTRATOR_FAULTS:
+            if kind == FaultKind.KILL_ACTIVE_ORCHESTRATOR and not hasattr(
+                self.orchestrator, "kill_active"
+            ):
+                return []  # one orchestrator: nothing stands by
             return [] if "orchestrator" in self.impaired else ["orchestrator"]
         impaired = self.impaired
         if len(impaired - {"orchestrator"}) >= self.plan.max_impaired_agents:
@@ -207,6 +228,14 @@ class FaultInjector:
         self.orchestrator.kill()
         self._log("inject", fault)
         self._heals.append((self.clock() + down_s, fault, self.orchestrator.start))
+
+    def _kill_active_orchestrator(self) -> None:
+        down_s = round(self.rng.uniform(0.5, 3.0), 2)
+        fault = self._record(FaultKind.KILL_ACTIVE_ORCHESTRATOR, "orchestrator", down_s, {})
+        group: Any = self.orchestrator
+        fault.detail.update(group.kill_active())  # returns once a standby is active
+        self._log("inject", fault)
+        self._heals.append((self.clock() + down_s, fault, group.restart_dead))
 
     def _record(
         self, kind: FaultKind, target: str, heal_after_s: float, detail: dict[str, Any]

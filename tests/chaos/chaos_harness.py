@@ -26,7 +26,8 @@ from tests.chaos.chaos_evidence import (
     load_ledger,
     unfinished_trainers,
 )
-from tests.chaos.chaos_faults import FaultInjector, FaultKind, FaultPlan
+from tests.chaos.chaos_faults import AGENT_FAULTS, FaultInjector, FaultKind, FaultPlan
+from tests.chaos.chaos_ha import OrchestratorGroup
 from tests.chaos.chaos_invariants import Evidence, Findings
 from tests.chaos.chaos_netns import NetnsLink
 from tests.e2e.harness import ApiError, Orchestrator, wait_until
@@ -56,6 +57,7 @@ class ChaosFleet:
         agent_count: int,
         netns_links: Sequence[NetnsLink] = (),
         heartbeat_timeout_s: float = 4.0,
+        database_url: str | None = None,
     ) -> None:
         self.root = root
         self.agent_count = agent_count
@@ -65,11 +67,18 @@ class ChaosFleet:
         (root / "configs").mkdir(parents=True, exist_ok=True)
         # Agents in namespaces reach the orchestrator on the host ends of their veths.
         listen = ["--host", "0.0.0.0"] if self.netns_links else []
-        self.orchestrator = Orchestrator(
-            root / "data",
-            root / "configs",
-            heartbeat_timeout_s=heartbeat_timeout_s,
-            extra_args=listen,
+        # With a PostgreSQL URL: two orchestrators, one active, one standing by.
+        self.orchestrator: Any = (
+            OrchestratorGroup(
+                root, root / "configs", database_url, heartbeat_timeout_s=heartbeat_timeout_s
+            )
+            if database_url
+            else Orchestrator(
+                root / "data",
+                root / "configs",
+                heartbeat_timeout_s=heartbeat_timeout_s,
+                extra_args=listen,
+            )
         )
         self.agents: list[ChaosAgent] = []
         self.accepted: dict[str, float] = {}  # job id → when the orchestrator said yes
@@ -236,6 +245,8 @@ class ChaosFleet:
         ):
             injector.step()
             self.watch_agents(injector.impaired)
+            if isinstance(self.orchestrator, OrchestratorGroup):
+                self.orchestrator.supervise(injector.killed_orchestrators())
             if time.monotonic() >= next_submit and submitted < plan.max_jobs:
                 live = self.live_jobs() if plan.max_live is not None else None
                 if live is None or plan.max_live is None or live < plan.max_live:
@@ -277,15 +288,20 @@ class ChaosFleet:
 SHORT_DEFAULT_SEED = 20240607
 
 
-def usable_kinds(netns_unavailable: str | None) -> list[FaultKind]:
-    """Every fault kind; without network namespaces, all but the network cut (and a
-    warning that says why, in pytest's summary)."""
+def usable_kinds(netns_unavailable: str | None, *, standbys: bool = False) -> list[FaultKind]:
+    """Every fault kind for the fleet; without network namespaces, all but the network cut
+    (and a warning that says why, in pytest's summary). One orchestrator: restarted;
+    several on PostgreSQL (`standbys`): the active one killed, a standby taking over."""
+    orchestrator = (
+        FaultKind.KILL_ACTIVE_ORCHESTRATOR if standbys else FaultKind.RESTART_ORCHESTRATOR
+    )
+    kinds = [kind for kind in FaultKind if kind in AGENT_FAULTS or kind == orchestrator]
     if netns_unavailable is None:
-        return list(FaultKind)
+        return kinds
     warnings.warn(
         f"chaos: network cuts not exercised: {netns_unavailable}", ChaosWarning, stacklevel=2
     )
-    return [kind for kind in FaultKind if kind != FaultKind.CUT_NETWORK]
+    return [kind for kind in kinds if kind != FaultKind.CUT_NETWORK]
 
 
 class ChaosWarning(UserWarning):
@@ -320,6 +336,9 @@ def report(
         "stats": {key: round(value, 3) for key, value in sorted(findings.stats.items())},
         "violations": findings.violations[:40],
     }
+    if isinstance(fleet.orchestrator, OrchestratorGroup):
+        summary["takeovers_s"] = fleet.orchestrator.takeovers_s
+        summary["orchestrator_exits"] = fleet.orchestrator.exits
     text = json.dumps(summary, indent=2)
     (fleet.root / "report.json").write_text(text + "\n")
     print(text)

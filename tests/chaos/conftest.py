@@ -12,6 +12,7 @@ import pytest
 
 from tests.chaos.chaos_harness import ChaosFleet
 from tests.chaos.chaos_netns import NetnsPool, unavailable_reason
+from tests.ha.pg import private_schema, unreachable_reason
 
 FleetFactory = Callable[..., ChaosFleet]
 
@@ -38,14 +39,17 @@ def chaos_fleet(chaos_dir: Path) -> Iterator[FleetFactory]:
     pools: list[NetnsPool] = []
 
     def make(
-        agent_count: int, netns_agents: int = 0, heartbeat_timeout_s: float = 4.0
+        agent_count: int,
+        netns_agents: int = 0,
+        heartbeat_timeout_s: float = 4.0,
+        database_url: str | None = None,
     ) -> ChaosFleet:
         links = []
         if netns_agents:
             pool = NetnsPool(netns_agents)
             pools.append(pool)
             links = pool.create()
-        fleet = ChaosFleet(chaos_dir, agent_count, links, heartbeat_timeout_s)
+        fleet = ChaosFleet(chaos_dir, agent_count, links, heartbeat_timeout_s, database_url)
         fleets.append(fleet)
         return fleet.start()
 
@@ -58,3 +62,13 @@ def chaos_fleet(chaos_dir: Path) -> Iterator[FleetFactory]:
         finally:
             for pool in pools:
                 pool.close()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A private schema on the shared PostgreSQL server, or a skip saying why not."""
+    reason = unreachable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with private_schema("tf_chaos") as url:
+        yield url

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from tests.chaos.chaos_faults import FaultKind
-from tests.chaos.chaos_harness import ChaosPlan, env_seconds, env_seed, report
+from tests.chaos.chaos_faults import AGENT_FAULTS, FaultKind
+from tests.chaos.chaos_harness import ChaosPlan, env_seconds, env_seed, report, usable_kinds
 from tests.chaos.chaos_invariants import check
 from tests.chaos.conftest import FleetFactory
 
@@ -41,7 +41,8 @@ def test_long_chaos_processes_and_orchestrator_restarts(chaos_fleet: FleetFactor
     heartbeat timeout or not (agent alone, or with its trainers), orchestrator kill -9."""
     started = time.monotonic()
     seed = env_seed(None)
-    kinds = [kind for kind in FaultKind if kind != FaultKind.CUT_NETWORK]
+    kinds = [kind for kind in FaultKind if kind in AGENT_FAULTS - {FaultKind.CUT_NETWORK}]
+    kinds.append(FaultKind.RESTART_ORCHESTRATOR)
     fleet = chaos_fleet(agent_count=5)
     injector = fleet.run(long_plan(kinds), seed)
     findings = check(fleet.evidence(injector))
@@ -59,10 +60,29 @@ def test_long_chaos_network_partitions(
         pytest.skip(f"agents in their own network namespaces: {netns_unavailable}")
     started = time.monotonic()
     seed = env_seed(None)
-    kinds = [*FaultKind, FaultKind.CUT_NETWORK, FaultKind.CUT_NETWORK]
+    single = [kind for kind in FaultKind if kind != FaultKind.KILL_ACTIVE_ORCHESTRATOR]
+    kinds = [*single, FaultKind.CUT_NETWORK, FaultKind.CUT_NETWORK]
     fleet = chaos_fleet(agent_count=4, netns_agents=3)
     injector = fleet.run(long_plan(kinds), seed)
     findings = check(fleet.evidence(injector))
     message = report(fleet, injector, findings, seed, started)
     assert not findings.violations, message
-    assert set(injector.counts()) == set(map(str, FaultKind)), message
+    assert set(injector.counts()) == set(map(str, single)), message
+
+
+@pytest.mark.postgres
+def test_long_chaos_on_postgresql_with_a_standby(chaos_fleet: FleetFactory, pg_url: str) -> None:
+    """Two orchestrators on PostgreSQL and five loopback agents (given both URLs): every
+    agent fault, and kill -9 of the active orchestrator (a standby takes over; the killed
+    one comes back as a standby)."""
+    started = time.monotonic()
+    seed = env_seed(None)
+    kinds = usable_kinds("no network cuts on PostgreSQL runs", standbys=True)
+    fleet = chaos_fleet(agent_count=5, database_url=pg_url)
+    injector = fleet.run(long_plan(kinds), seed)
+    findings = check(fleet.evidence(injector))
+    message = report(fleet, injector, findings, seed, started)
+    assert not findings.violations, message
+    assert set(injector.counts()) == set(map(str, kinds)), message
+    group = fleet.orchestrator
+    assert all(t is not None and t < 10.0 for t in group.takeovers_s), message
