@@ -7,6 +7,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,17 @@ def test_the_standby_answers_503_naming_the_active_one(cluster: Cluster) -> None
             "send requests there"
         )
         assert answer["active_url"] == active.url
+    # A browser opening the standby's UI is sent to the active one's.
+    opener = urllib.request.build_opener(_NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as redirected:
+        opener.open(f"{standby.url}/?view=queue", timeout=10)
+    assert redirected.value.code == 307
+    assert redirected.value.headers["Location"] == f"{active.url}/?view=queue"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 def test_kill_9_of_the_active_one_the_standby_takes_over_with_the_data(

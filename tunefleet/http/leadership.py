@@ -159,7 +159,11 @@ class Leadership:
 
     async def _take_over_later(self, activate: Callable[[], Awaitable[None]]) -> None:
         await self._acquired.wait()
-        await self._activate(activate)
+        try:
+            await self._activate(activate)
+        except Exception as error:  # holding the lease without serving would be an outage
+            log.exception("leadership.take_over_failed")
+            self.step_down(f"taking over failed: {type(error).__name__}: {error}")
 
     async def _activate(self, activate: Callable[[], Awaitable[None]]) -> None:
         log.info("leadership.taking_over", term=self.term)
@@ -186,8 +190,16 @@ def standby_gate(
     @web.middleware
     async def gate(request: web.Request, handler: Any) -> web.StreamResponse:
         current = leadership(request)
-        if current is None or current.role == "active" or request.path in OPEN_PATHS:
+        path = request.path
+        if current is None or current.role == "active" or path in OPEN_PATHS:
             return await handler(request)
+        if path.startswith("/static/"):
+            return await handler(request)  # the UI's files are the same everywhere
+        if path == "/" and request.method == "GET":
+            elsewhere = current.active_url and current.active_url != current.advertise_url
+            if elsewhere:  # a browser opening the UI here is sent to the active one's
+                raise web.HTTPTemporaryRedirect(f"{current.active_url}{request.path_qs}")
+            return await handler(request)  # its API calls then say why nothing answers
         return web.json_response(
             {"detail": refusal_detail(current), "active_url": current.active_url},
             status=503,

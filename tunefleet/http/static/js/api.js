@@ -1,13 +1,15 @@
 // The public HTTP API with the session's bearer token. Errors carry the server's
-// one-line `detail`; a 401 signs the tab out, a 403 is remembered per permission.
+// one-line `detail`; a 401 signs the tab out, a 403 is remembered per permission, and a
+// standby orchestrator's 503 moves the tab to the active one it names.
 
 import { session } from './session.js';
 
 export class ApiError extends Error {
-  constructor(status, detail) {
+  constructor(status, detail, activeUrl = null) {
     super(detail);
     this.status = status;
     this.detail = detail;
+    this.activeUrl = activeUrl;
     const denied = status === 403 ? /^Permission denied: ([\w.]+)/.exec(detail) : null;
     this.permission = denied ? denied[1] : null;
   }
@@ -17,13 +19,32 @@ export const UNREACHABLE = 'cannot reach the orchestrator; is it running?';
 
 export async function errorFrom(response) {
   let detail = `${response.status} ${response.statusText}`.trim();
+  let activeUrl = null;
   try {
     const body = await response.json();
     if (body && typeof body.detail === 'string') detail = body.detail;
+    if (body && typeof body.active_url === 'string') activeUrl = body.active_url;
   } catch {
     // Not JSON (a proxy's error page): keep the status line.
   }
-  return new ApiError(response.status, detail);
+  return new ApiError(response.status, detail, activeUrl);
+}
+
+/**
+ * A standby (or stepped-down) orchestrator answered 503 naming the active one: open the
+ * same view there. The token stays behind (it is kept per site), so the tab signs in again.
+ */
+export function followActive(error) {
+  if (error.status !== 503 || !error.activeUrl) return false;
+  let target;
+  try {
+    target = new URL(location.pathname + location.search + location.hash, error.activeUrl);
+  } catch {
+    return false;
+  }
+  if (target.origin === location.origin) return false;
+  location.assign(target.href);
+  return true;
 }
 
 /**
@@ -50,6 +71,7 @@ export async function request(method, path, { body, token = session.token, signO
       session.signOut('Your token is no longer accepted (revoked or rotated?). Sign in again.');
     }
     if (error.permission) session.deny(error.permission);
+    followActive(error);
     throw error;
   }
   return response.status === 204 ? null : response.json();

@@ -6,7 +6,7 @@
 // `data`, `event`, `id` and `retry` fields; ':' starts a comment; a blank line
 // dispatches the event if it has data.
 
-import { ApiError, errorFrom, UNREACHABLE } from './api.js';
+import { ApiError, errorFrom, followActive, UNREACHABLE } from './api.js';
 
 export class SseParser {
   constructor() {
@@ -90,7 +90,11 @@ export async function readEventStream(url, { token, signal, onOpen, onEvent, onB
     if (signal?.aborted) throw error;
     throw new ApiError(0, UNREACHABLE);
   }
-  if (!response.ok) throw await errorFrom(response);
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    followActive(error);
+    throw error;
+  }
   if (!response.body) throw new ApiError(0, 'this browser cannot read streamed responses');
   onOpen?.();
   const parser = new SseParser();
