@@ -45,7 +45,9 @@ async def _serve(servers: list[TestServer], register: Handler) -> str:
 def _standby(active_url: str | None) -> Handler:
     async def register(request: web.Request) -> web.StreamResponse:
         return web.json_response(
-            {"detail": "this orchestrator is a standby", "active_url": active_url}, status=503
+            {"detail": "this orchestrator is a standby", "active_url": active_url},
+            status=503,
+            headers={"Retry-After": "1"},
         )
 
     return register
@@ -61,8 +63,10 @@ async def test_a_standby_503_moves_the_client_to_the_active_url_it_names(
         with pytest.raises(OrchestratorUnreachable, match="standby"):
             await client.register({})
         assert client.base_url == active and client.untried_url  # skipped `other`
+        assert client.retry_after_s == 1.0  # the standby said when to ask again
         assert (await client.register({})).worker_id == "w_1"
         assert client.failovers == 1 and not client.untried_url
+        assert client.retry_after_s is None
 
 
 async def test_a_url_that_is_not_listed_is_never_followed(servers: list[TestServer]) -> None:
@@ -136,3 +140,12 @@ def test_each_plain_http_url_off_loopback_is_warned_about() -> None:
         "The worker token travels unencrypted to http://orch-b.example:8001; use https:// "
         "(tunefleet server --ssl, or TLS at a reverse proxy) outside a trusted network."
     ]
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"), [("1", 1.0), ("0.5", 0.5), ("3600", 60.0), ("soon", None), ("-1", None)]
+)
+def test_retry_after_is_read_in_seconds_and_bounded(header: str, seconds: float | None) -> None:
+    from tunefleet.agent.client import _retry_after
+
+    assert _retry_after(header) == seconds

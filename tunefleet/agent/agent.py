@@ -324,6 +324,11 @@ class Agent:
             # Moved to another orchestrator (a standby taking over): try it soon, spread
             # over a second so that a whole fleet does not arrive in one instant.
             delay = min(delay, self._rng.uniform(0.0, self.settings.backoff_base_s))
+        hint = self.client.retry_after_s
+        if hint is not None:
+            # A standby said when to ask again (it takes over within seconds): follow it,
+            # jittered, rather than a back-off that has grown meanwhile.
+            delay = min(delay, self._rng.uniform(0.5, 1.0) * max(hint, 0.1))
         if self.jobs.running is not None or self.jobs.held is not None:
             # A job in hand: try at least as often as heartbeats go, so a restarted
             # orchestrator hears from us before its heartbeat deadline and does not

@@ -129,6 +129,8 @@ class WorkerClient:
         self._current = 0
         self.failovers = 0
         self._failed: set[str] = set()  # URLs that failed us since the last answer
+        # Seconds a 503 asked us to wait (Retry-After: a standby, or one taking over).
+        self.retry_after_s: float | None = None
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._headers = {"X-Worker-Token": token, "User-Agent": USER_AGENT}
@@ -279,9 +281,11 @@ class WorkerClient:
             self._fail_over(used)
             raise connection_error(used, error) from error
         if response.status == 503:
+            self.retry_after_s = _retry_after(response.headers.get("Retry-After"))
             self._fail_over(used, data)
         elif response.status < 500:
             self._failed.clear()
+            self.retry_after_s = None
         self._raise_for_status(response.status, data, what)
         return data
 
@@ -315,6 +319,15 @@ def connection_error(url: str, error: aiohttp.ClientError) -> AgentError:
             f"Cannot connect to {url}: {cause}. " + CONNECTION_REFUSED_HINT
         )
     return OrchestratorUnreachable(f"Connection to {url} lost: {error!r}")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (the HTTP-date form is not used by tunefleet), bounded."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return None if seconds is None or seconds < 0 else min(seconds, 60.0)
 
 
 async def _read_body(response: aiohttp.ClientResponse) -> Any:
