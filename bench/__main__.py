@@ -37,6 +37,7 @@ BENCHMARKS: tuple[str, ...] = (
     "artifact_upload",
     "departed_workers",
     "metric_history",
+    "takeover",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -91,6 +91,7 @@ class LoadGen:
         self.admin = {"Authorization": f"Bearer {admin_token}"}
         self.server_pid = server_pid
         self.pool = HttpPool(HOST, port, pool)
+        self.pool_size = pool
         self.workers: list[SimWorker] = []
         self.on_job = "none"  # "complete" | "ack" | "none": what a worker does with a job
         self.reconnect = False
@@ -184,7 +185,11 @@ class LoadGen:
             if status not in (503, 504):
                 break
             self.count_error(f"register answered {status}, retried")
-            await asyncio.sleep(0.5 * (attempt + 1))
+            if isinstance(body, dict) and "active_url" in body:
+                # A standby (Retry-After: 1): as the agent does, ask again within a second.
+                await asyncio.sleep(random.uniform(0.5, 1.0))
+            else:
+                await asyncio.sleep(0.5 * (attempt + 1))
         if status != 200:
             raise HttpError(f"register {worker.worker_id}: {status} {body}")
         worker.registered = True
@@ -318,6 +323,14 @@ class LoadGen:
                 worker.stream.close()
         await asyncio.sleep(0.2)
         return {"open": sum(w.stream is not None for w in self.workers)}
+
+    async def cmd_set_port(self, port: int) -> dict[str, Any]:
+        """Aim every later request and stream at another orchestrator (a standby taking
+        over): what an agent given several URLs does when its orchestrator is gone."""
+        self.pool.close()
+        self.port = port
+        self.pool = HttpPool(HOST, port, self.pool_size)
+        return {}
 
     async def cmd_set_server_pid(self, pid: int) -> dict[str, Any]:
         self.server_pid = pid

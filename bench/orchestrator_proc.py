@@ -91,7 +91,8 @@ class Orchestrator:
             raise RuntimeError("the orchestrator is not running")
         return self.process.pid
 
-    def start(self, timeout_s: float = 60.0) -> Orchestrator:
+    def start(self, timeout_s: float = 60.0, *, standby: bool = False) -> Orchestrator:
+        """Spawn it and wait until it is ready; a `standby` only until it answers."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [
             sys.executable,
@@ -123,7 +124,7 @@ class Orchestrator:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"orchestrator exited at start: {self.log_tail()}")
-            if self._ready():
+            if self.role() == "standby" if standby else self._ready():
                 self.ready_at = time.time()
                 return self
             time.sleep(0.02)
@@ -137,6 +138,15 @@ class Orchestrator:
                 return bool(json.loads(resp.read()).get("status") == "ready")
         except (OSError, urllib.error.URLError, ValueError):
             return False
+
+    def role(self) -> str | None:
+        """What /healthz says: active or standby (None: no answer)."""
+        url = f"http://127.0.0.1:{self.port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return json.loads(resp.read()).get("role")  # type: ignore[no-any-return]
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
 
     def sample(self) -> ProcSample:
         return ProcSample.take(self.pid)
