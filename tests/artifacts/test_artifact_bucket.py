@@ -222,3 +222,26 @@ async def test_expect_100_continue_gets_the_redirect_before_any_body_is_sent(
     # A bad token is answered by the handler, after 100 Continue: never a redirect.
     head = await _head_only(server, f"{_base(event)}/x.bin", "ut_nope", 10)
     assert head.startswith(b"HTTP/1.1 100"), head
+
+
+async def test_the_outputs_manifest_gives_direct_uploads_their_checksum(server: Server) -> None:
+    event = await _job(server)
+    data = b"final weights" * 500
+    await _put_via_redirect(server, event, "model.safetensors", data)
+    digest = hashlib.sha256(data).hexdigest()
+
+    async def manifest(size: int) -> Any:
+        files = [{"key": "model.safetensors", "size": size, "sha256": digest}]
+        return await server.client.put(
+            f"{_base(event)}/.tunefleet-manifest.json",
+            data=json.dumps({"files": files}).encode(),
+            headers={TOKEN_HEADER: event["upload_token"]},
+        )
+
+    wrong = await manifest(len(data) + 1)
+    assert wrong.status == 400 and "not as the manifest says" in (await wrong.json())["detail"]
+    assert (await manifest(len(data))).status == 200
+    listing = await server.ok("GET", f"/api/queue/{event['job_id']}/artifacts")
+    listed = {a["key"]: a["sha256"] for a in listing["artifacts"]}
+    assert listed["model.safetensors"] == digest
+    assert listing["checkpoints"] == []  # an outputs manifest is no checkpoint

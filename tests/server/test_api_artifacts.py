@@ -414,3 +414,18 @@ async def test_expect_100_continue_uploads_to_the_embedded_store(server: Server)
     )
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["size"] == 100_000
+
+
+async def test_the_outputs_manifest_must_agree_with_what_is_stored(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    await up.stored("model.bin", b"abc")
+    entry = {"key": "model.bin", "size": 3, "sha256": hashlib.sha256(b"abd").hexdigest()}
+    resp = await up.put(".tunefleet-manifest.json", json.dumps({"files": [entry]}).encode())
+    assert resp.status == 400, await resp.text()
+    entry["sha256"] = hashlib.sha256(b"abc").hexdigest()
+    resp = await up.put(".tunefleet-manifest.json", json.dumps({"files": [entry]}).encode())
+    assert resp.status == 200, await resp.text()
+    nested = {"key": ".tunefleet-manifest.json", "size": 1, "sha256": None}
+    resp = await up.put(".tunefleet-manifest.json", json.dumps({"files": [nested]}).encode())
+    assert resp.status == 400

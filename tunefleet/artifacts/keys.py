@@ -50,6 +50,11 @@ def manifest_checkpoint(key: str) -> tuple[str, int] | None:
     return (match.group(1), int(match.group(2))) if match else None
 
 
+def is_manifest(key: str) -> bool:
+    """A checkpoint's manifest, or the outputs manifest at the root of the output dir."""
+    return key == MANIFEST_NAME or manifest_checkpoint(key) is not None
+
+
 def checkpoint_step(name: str) -> int | None:
     match = _CHECKPOINT.fullmatch(name)
     return int(match.group(1)) if match else None

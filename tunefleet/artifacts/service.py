@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from tunefleet.artifacts.keys import check_key, manifest_checkpoint
+from tunefleet.artifacts.keys import check_key, is_manifest, manifest_checkpoint
 from tunefleet.artifacts.store import ArtifactStore, StoredObject
 from tunefleet.audit import AuditKind, AuditLog
 from tunefleet.errors import BadRequest, TunefleetError
@@ -95,20 +95,20 @@ class Artifacts:
     async def put_manifest(
         self, scope: UploadScope, key: str, data: bytes, client: str | None
     ) -> ArtifactRow:
-        """Store a checkpoint's manifest: only once every file it lists is stored with
-        the size (and checksum) it says, so a recorded checkpoint is always complete."""
+        """Store a manifest only once every file it lists is stored with the size (and
+        checksum) it says. A checkpoint's makes the checkpoint complete; the outputs
+        manifest at the root gives files put straight into a bucket their SHA-256."""
         named = manifest_checkpoint(key)
-        assert named is not None
-        name, step = named
-        files = _manifest_files(data, name, step)
-        stored = await self._stored_under(scope.job_id, name + "/")
+        prefix = named[0] + "/" if named is not None else ""
+        files = _manifest_files(data, named)
+        stored = await self._stored_under(scope.job_id, prefix)
         total = 0
         for entry in files:
             have = stored.get(entry["key"])
             if have is None:
                 raise BadRequest(
                     f"the manifest lists {entry['key']}, which is not stored; upload every "
-                    "file of the checkpoint before its manifest"
+                    "file it lists before the manifest"
                 )
             size, sha256 = have
             if size != entry["size"] or (sha256 and entry["sha256"] and sha256 != entry["sha256"]):
@@ -118,13 +118,16 @@ class Artifacts:
                 )
             total += size
         if self.store.presigns:
-            # The bucket took the files directly: their records come from the manifest.
+            # The bucket took the files directly: their checksums come from the manifest.
             for entry in files:
                 await self.records.put(
                     scope.job_id, entry["key"], entry["size"], entry["sha256"], scope.attempt
                 )
         obj = await self.store.put_bytes(scope.job_id, key, data)
         row = await self.stored(scope, key, obj, client)
+        if named is None:
+            return row
+        name, step = named
         await self.records.add_checkpoint(scope.job_id, name, step, scope.attempt, total)
         await self.db.append_job_event(
             scope.job_id,
@@ -225,22 +228,26 @@ class Artifacts:
         )
 
 
-def _manifest_files(data: bytes, name: str, step: int) -> list[dict[str, Any]]:
+def _manifest_files(data: bytes, named: tuple[str, int] | None) -> list[dict[str, Any]]:
+    whose = f"{named[0]}'s manifest" if named is not None else "the outputs manifest"
     try:
         manifest = json.loads(data)
     except (UnicodeDecodeError, ValueError):
-        raise BadRequest(f"{name}'s manifest is not JSON; send the manifest object") from None
+        raise BadRequest(f"{whose} is not JSON; send the manifest object") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        raise BadRequest(f'{name}\'s manifest must be an object with a "files" list')
-    if manifest.get("checkpoint", name) != name or manifest.get("step", step) != step:
-        raise BadRequest(f"the manifest names another checkpoint than {name} (step {step})")
+        raise BadRequest(f'{whose} must be an object with a "files" list')
+    if named is not None:
+        name, step = named
+        if manifest.get("checkpoint", name) != name or manifest.get("step", step) != step:
+            raise BadRequest(f"the manifest names another checkpoint than {name} (step {step})")
+    prefix = named[0] + "/" if named is not None else ""
     files = []
     for entry in manifest["files"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("key"), str):
             raise BadRequest('each manifest file must be an object with "key", "size", "sha256"')
         key = check_key(entry["key"])
-        if not key.startswith(name + "/"):
-            raise BadRequest(f"the manifest lists {key}, which is outside {name}/")
+        if not key.startswith(prefix) or is_manifest(key):
+            raise BadRequest(f"the manifest lists {key}, which it cannot describe")
         size = entry.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise BadRequest(f"the manifest's size of {key} must be a whole number of bytes")

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 from pydantic import BaseModel, Field
 
-from tunefleet.artifacts.keys import check_key, check_prefix, manifest_checkpoint
+from tunefleet.artifacts.keys import check_key, check_prefix, is_manifest
 from tunefleet.artifacts.service import MAX_MANIFEST_BYTES, Artifacts, UploadDenied, UploadScope
 from tunefleet.artifacts.store import MAX_PARTS, PART_BYTES, Checks
 from tunefleet.http import keys
@@ -92,7 +92,7 @@ async def _bucket_location(
     if "uploadId" in request.query:
         backend_id, _ = await _multipart(artifacts, scope, key, request.query["uploadId"])
         return store.presign_part(scope.job_id, key, backend_id, _part_number(request))
-    if manifest_checkpoint(key) is not None:
+    if is_manifest(key):
         return None
     return store.presign_put(scope.job_id, key, Checks.from_headers(request.headers))
 
@@ -138,7 +138,7 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
             request.query["uploadId"], number, request.content.iter_any(), checks
         )
         return web.json_response({"etag": part.etag}, headers={"ETag": f'"{part.etag}"'})
-    if manifest_checkpoint(key) is not None:
+    if is_manifest(key):
         data = await read_body(request, MAX_MANIFEST_BYTES)
         row = await artifacts.put_manifest(scope, key, data, request.remote)
     else:
@@ -154,8 +154,8 @@ async def artifact_multipart(request: web.Request) -> web.StreamResponse:
     key = _key(request)
     store = artifacts.store
     if "uploads" in request.query:
-        if manifest_checkpoint(key) is not None:
-            raise ApiError(400, "send a checkpoint's manifest in one PUT, not in parts")
+        if is_manifest(key):
+            raise ApiError(400, "send a manifest in one PUT, not in parts")
         upload_id = uuid.uuid4().hex
         backend_id = await store.start_multipart(scope.job_id, key, upload_id)
         await artifacts.records.add_multipart(
