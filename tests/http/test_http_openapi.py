@@ -237,6 +237,20 @@ def test_stream_and_model_free_responses(document: dict[str, Any]) -> None:
     assert set(health) == {"200", "500"}
 
 
+def test_other_media_types_a_route_answers_are_documented() -> None:
+    table = RouteTable()
+
+    async def history(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    table.route("GET", "/api/history", summary="h", also_content=("text/csv",))(history)
+    content = build_openapi(table, "9.9.9")["paths"]["/api/history"]["get"]["responses"]
+    assert content["200"]["content"] == {
+        "application/json": {"schema": {}},
+        "text/csv": {"schema": {"type": "string"}},
+    }
+
+
 def test_tags_come_from_the_path(document: dict[str, Any]) -> None:
     tags = {path: ops[next(iter(ops))]["tags"] for path, ops in document["paths"].items()}
     assert tags["/api/workers/register"] == ["workers"]
