@@ -119,3 +119,12 @@ async def test_a_retried_job_keeps_each_attempts_points_apart(server: Any) -> No
     data = await server.ok("GET", f"/api/queue/{job_id}/metrics")
     assert [(p["attempt"], p["step"]) for p in data["points"]] == [(2, 200)]
     worker.close()
+
+
+async def test_a_report_with_an_enormous_number_is_taken_without_that_number(server: Any) -> None:
+    worker = await server.connected_worker()
+    job_id = await server.running_job(worker)
+    await _report(worker, job_id, step=3, loss=0.5, tokens=10**400)
+    data = await server.ok("GET", f"/api/queue/{job_id}/metrics")
+    assert [(p["step"], p["values"]) for p in data["points"]] == [(3, {"loss": 0.5})]
+    worker.close()

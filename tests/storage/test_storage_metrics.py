@@ -47,6 +47,8 @@ def test_the_step_may_be_spelled_as_common_trainers_do(key: str) -> None:
         {"step": math.nan, "loss": 0.4},
         {"step": True, "loss": 0.4},
         {"step": 2**60, "loss": 0.4},
+        {"step": 10**400, "loss": 0.4},  # JSON integers are unbounded
+        {"step": 1, "loss": 10**400},
         {"step": 3, "total": 10, "percent": 30},  # position only, no metric
     ],
 )

@@ -28,6 +28,7 @@ MAX_METRIC_NAME = 64
 STEP_KEYS = ("step", "global_step", "current_step")
 NOT_METRICS = frozenset({*STEP_KEYS, "total", "total_steps", "max_steps", "steps", "percent"})
 _MAX_STEP = 2**53
+_MAX_INT = 2**63
 _COUNTS_KEPT = 4096  # (job, attempt) point counts remembered; more are read again
 _DELETE_CHUNK = 500
 
@@ -51,7 +52,11 @@ def metric_point(progress: Mapping[str, Any] | None) -> tuple[int, dict[str, flo
 
 
 def _finite(value: object) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, int):  # JSON integers have no bound; a float has
+        return abs(value) < _MAX_INT
+    return math.isfinite(value)
 
 
 class MetricRepo:
