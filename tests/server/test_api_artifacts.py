@@ -429,3 +429,49 @@ async def test_the_outputs_manifest_must_agree_with_what_is_stored(server: Serve
     nested = {"key": ".tunefleet-manifest.json", "size": 1, "sha256": None}
     resp = await up.put(".tunefleet-manifest.json", json.dumps({"files": [nested]}).encode())
     assert resp.status == 400
+
+
+async def test_malformed_upload_requests_are_refused_with_what_to_send(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    h = up.headers()
+    url = up.url("m.bin")
+    client = server.client
+
+    async def detail(resp: Any, status: int) -> str:
+        assert resp.status == status, (status, await resp.text())
+        return str((await resp.json())["detail"])
+
+    assert "POST ?uploads" in await detail(await client.post(url, headers=h), 400)
+    assert "?uploadId=U aborts" in await detail(await client.delete(url, headers=h), 400)
+    gone = await client.put(f"{url}?partNumber=1&uploadId=nope", data=b"x", headers=h)
+    assert "no open multipart upload" in await detail(gone, 404)
+    upload_id = (await (await client.post(url + "?uploads", headers=h)).json())["upload_id"]
+    for number in ("0", "10001", "x"):
+        bad = await client.put(
+            f"{url}?partNumber={number}&uploadId={upload_id}", data=b"", headers=h
+        )
+        assert "partNumber" in await detail(bad, 400)
+    # Another key cannot borrow this upload.
+    other = await client.put(
+        f"{up.url('other.bin')}?partNumber=1&uploadId={upload_id}", data=b"x", headers=h
+    )
+    await detail(other, 404)
+    missing = {"parts": [{"part_number": 1, "etag": "0" * 64}]}
+    resp = await client.post(f"{url}?uploadId={upload_id}", json=missing, headers=h)
+    assert "never uploaded" in await detail(resp, 400)
+    resp = await client.post(f"{url}?uploadId={upload_id}", json={"parts": []}, headers=h)
+    await detail(resp, 400)
+    manifest_url = up.url("checkpoint-1/.tunefleet-manifest.json")
+    assert "one PUT" in await detail(await client.post(manifest_url + "?uploads", headers=h), 400)
+    huge = await client.put(manifest_url, data=b" " * (16 * 1024 * 1024 + 1), headers=h)
+    await detail(huge, 413)
+    assert "not JSON" in await detail(
+        await up.put("checkpoint-1/.tunefleet-manifest.json", b"{"), 400
+    )
+    wrong = json.dumps({"checkpoint": "checkpoint-2", "step": 2, "files": []}).encode()
+    assert "another checkpoint" in await detail(
+        await up.put("checkpoint-1/.tunefleet-manifest.json", wrong), 400
+    )
+    listed = await client.get(f"{up.base}/outputs?prefix=../x", headers=h)
+    await detail(listed, 400)
