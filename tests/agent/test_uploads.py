@@ -328,3 +328,16 @@ def test_the_plan_knows_the_orchestrator_url_as_a_fallback() -> None:
     assert same is not None and same.fallback_endpoint is None
     assert artifact_plan({**submit, "upload_endpoint": ""}, "http://x") is None
     assert artifact_plan({**submit, "upload_token": None}, "http://x") is None
+
+
+async def test_a_failed_download_names_the_object_not_a_presigned_url() -> None:
+    client = ArtifactClient("http://127.0.0.1:9/api/artifacts", TOKEN, connect_timeout_s=1)
+    presigned = "http://127.0.0.1:9/bucket/w.bin?X-Amz-Signature=s3cr3t"
+    try:
+        with pytest.raises(StoreUnreachable) as error:
+            async with client._open("GET", presigned, {}):
+                pass
+    finally:
+        await client.close()
+    assert "s3cr3t" not in str(error.value)
+    assert "w.bin" in str(error.value)

@@ -434,7 +434,9 @@ class _Download:
                 )  # fmt: skip
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
                 self.client._fall_back_from(url, error)
-                raise StoreUnreachable(f"download of {url} failed: {_describe(error)}") from None
+                # Not the URL: after a redirect it is a presigned one, a credential.
+                what = f"download of {self.url.split('?', 1)[0].rsplit('/', 1)[-1]}"
+                raise StoreUnreachable(f"{what} failed: {_describe(error)}") from None
             if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
                 url = urljoin(url, response.headers["Location"])
                 response.release()
