@@ -149,3 +149,21 @@ def test_retry_after_is_read_in_seconds_and_bounded(header: str, seconds: float 
     from tunefleet.agent.client import _retry_after
 
     assert _retry_after(header) == seconds
+
+
+async def test_jobs_after_a_failover_resolve_endpoints_against_the_new_orchestrator(
+    servers: list[TestServer],
+) -> None:
+    from tests.agent.agent_loop_testkit import make_agent
+    from tunefleet.agent.client import Registration
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    alive = await _serve(servers, _registered)
+    agent = make_agent(dead, orchestrator_urls=(dead, alive))
+    assert agent.jobs.base_url == dead
+    with pytest.raises(OrchestratorUnreachable):
+        await agent.client.register({})
+    registration = await agent.client.register({})
+    agent._on_registered(registration)
+    assert isinstance(registration, Registration) and agent.jobs.base_url == alive
+    await agent.client.close()

@@ -254,6 +254,8 @@ class Agent:
 
     def _on_registered(self, registration: Registration) -> None:
         self.lifecycle.worker_id = registration.worker_id
+        # Jobs from now on come from this orchestrator: relative endpoints are its.
+        self.jobs.base_url = self.client.base_url
         self.registrations += 1
         self._unreachable_since = None
         self._resync.clear()
