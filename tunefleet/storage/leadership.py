@@ -110,7 +110,12 @@ def read_lease(database: pw.Database) -> LeaseView | None:
 
 def fence(database: pw.Database, term: int, lease_s: float) -> None:
     """First statement of every write group of the active process (inside its
-    transaction): share-lock the lease row and refuse unless it still carries our term."""
+    transaction): share-lock the lease row and refuse unless it still carries our term.
+
+    FOR SHARE, not FOR KEY SHARE: a takeover's UPDATE changes no key column, so it takes
+    a FOR NO KEY UPDATE lock, which conflicts with FOR SHARE but not with FOR KEY SHARE;
+    only FOR SHARE makes the takeover wait for the write group in flight.
+    """
     idle_ms = max(1000, int(lease_s * 1000))
     row = database.execute_sql(
         f"SET LOCAL idle_in_transaction_session_timeout = {idle_ms}; "
