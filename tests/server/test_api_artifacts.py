@@ -475,3 +475,25 @@ async def test_malformed_upload_requests_are_refused_with_what_to_send(server: S
     )
     listed = await client.get(f"{up.base}/outputs?prefix=../x", headers=h)
     await detail(listed, 400)
+
+
+async def test_an_ended_jobs_unfinished_uploads_are_aborted(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    started = await server.client.post(up.url("big.bin") + "?uploads", headers=up.headers())
+    upload_id = (await started.json())["upload_id"]
+    part = f"{up.url('big.bin')}?partNumber=1&uploadId={upload_id}"
+    assert (await server.client.put(part, data=b"p" * 1000, headers=up.headers())).status == 200
+    parts = server.data_dir / "artifacts" / ".multipart"
+    assert list(parts.iterdir()) != []
+    await worker.report(up.job_id, "failed", error="out of memory")
+    await server.wait_job(up.job_id, "failed")
+
+    async def swept() -> bool | None:
+        gone = (
+            list(parts.iterdir()) == []
+            and await server.store.artifacts.multipart(upload_id) is None
+        )
+        return True if gone else None
+
+    await eventually(swept, "the unfinished upload to be aborted")

@@ -419,6 +419,8 @@ class JobActor(JobFsmMixin, Actor):
         )
         self.ctx.metrics.jobs_finished.labels(outcome=str(dest)).inc()
         await self.ctx.audit.recorded(event, stored)
+        if self.ctx.artifacts is not None:
+            self.ctx.artifacts.job_ended(self.job_id)
         log.info("job ended", job_id=self.job_id, state=str(dest), reason=reason)
 
     def _release_worker(self, *, hold: bool) -> None:

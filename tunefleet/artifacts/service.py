@@ -7,8 +7,10 @@ attempt runs), what completes a checkpoint (its manifest, uploaded last), retent
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +58,10 @@ class Artifacts:
         self.records = db.artifacts
         self.audit = audit
         self.keep_checkpoints = keep_checkpoints
+        # Jobs that started a multipart upload since this process started: when one ends,
+        # what it left unfinished is aborted (a set lookup for every other job's end).
+        self._multipart_jobs: set[str] = set()
+        self._sweeps: set[asyncio.Task[None]] = set()
 
     # --- who is uploading ---------------------------------------------------------------
 
@@ -75,6 +81,31 @@ class Artifacts:
         return UploadScope(scope.job_id, scope.attempt)
 
     # --- writes -------------------------------------------------------------------------
+
+    async def start_multipart(self, scope: UploadScope, key: str) -> str:
+        upload_id = uuid.uuid4().hex
+        backend_id = await self.store.start_multipart(scope.job_id, key, upload_id)
+        await self.records.add_multipart(upload_id, scope.job_id, key, scope.attempt, backend_id)
+        self._multipart_jobs.add(scope.job_id)
+        return upload_id
+
+    def job_ended(self, job_id: str) -> None:
+        """The job reached a terminal state: abort its unfinished multipart uploads in the
+        background (no token can finish them now), so their parts do not stay forever."""
+        if job_id not in self._multipart_jobs:
+            return
+        self._multipart_jobs.discard(job_id)
+        task = asyncio.create_task(self._abort_uploads(job_id), name=f"abort-uploads-{job_id}")
+        self._sweeps.add(task)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def _abort_uploads(self, job_id: str) -> None:
+        for upload in await self.records.multiparts(job_id):
+            try:
+                await self.store.abort_multipart(job_id, upload.key, upload.id, upload.backend_id)
+                await self.records.drop_multipart(upload.id)
+            except Exception:
+                log.exception("could not abort an unfinished upload", job_id=job_id)
 
     async def stored(
         self, scope: UploadScope, key: str, obj: StoredObject, client: str | None

@@ -11,7 +11,6 @@ raw bytes in and out, which OpenAPI cannot describe faithfully.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from typing import Any
 
 from aiohttp import HttpVersion11, web
@@ -156,11 +155,7 @@ async def artifact_multipart(request: web.Request) -> web.StreamResponse:
     if "uploads" in request.query:
         if is_manifest(key):
             raise ApiError(400, "send a manifest in one PUT, not in parts")
-        upload_id = uuid.uuid4().hex
-        backend_id = await store.start_multipart(scope.job_id, key, upload_id)
-        await artifacts.records.add_multipart(
-            upload_id, scope.job_id, key, scope.attempt, backend_id
-        )
+        upload_id = await artifacts.start_multipart(scope, key)
         return web.json_response({"upload_id": upload_id, "part_size": PART_BYTES})
     if "uploadId" not in request.query:
         raise ApiError(
