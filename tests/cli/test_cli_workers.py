@@ -49,6 +49,16 @@ def test_create_ephemeral_json_has_the_token_and_environment(tf: Invoke) -> None
     assert data["environment"]["SIMPLETUNER_WORKER_TOKEN"] == data["token"]
 
 
+def test_a_taken_name_exits_1_naming_allow_duplicate_which_creates_it(tf: Invoke) -> None:
+    first = _create(tf, "twin-1")
+    again = tf("workers", "create", "twin-1")
+    assert again.exit_code == 1
+    assert f"a worker named 'twin-1' exists ({first['worker_id']})" in again.stderr
+    assert "--allow-duplicate" in again.stderr
+    second = _create(tf, "twin-1", "--allow-duplicate")
+    assert second["worker_id"] != first["worker_id"]
+
+
 def test_list_table_and_json(tf: Invoke) -> None:
     created = _create(tf, "listed-1", "--label", "team=nlp")
     table = tf("workers", "list")

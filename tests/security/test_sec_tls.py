@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import socket
 import ssl
 import subprocess
@@ -237,3 +239,63 @@ def test_agent_with_ssl_no_verify_connects_and_warns(orch: TlsOrchestrator, tmp_
     wait_connected(orch, agent)
     output = agent.output()
     assert "WARNING: --ssl-no-verify" in output and "development" in output, output
+
+
+def test_the_agents_tls_error_names_the_ca_file_it_was_given(
+    orch: TlsOrchestrator, tmp_path: Path
+) -> None:
+    other_ca = ensure_self_signed(tmp_path / "other-ca", ["127.0.0.1"]).cert
+    agent = run_agent(orch, tmp_path, "named-ca", "--ca-cert", str(other_ca))
+    assert agent.exit_code() == 1
+    output = agent.output()
+    assert f"The certificate given with --ca-cert, {other_ca}, is not the one" in output
+    assert "/path/to/ca.pem" not in output
+
+
+# --- what the orchestrator prints and answers ---------------------------------------------
+
+
+def banner_commands(orch: TlsOrchestrator) -> list[str]:
+    """The first-start banner's commands, continuation lines joined."""
+    assert orch.log_path is not None
+    text = orch.log_path.read_text(errors="replace").replace("\\\n", " ")
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip().startswith(("curl ", "tunefleet worker"))
+    ]
+
+
+def test_the_printed_commands_trust_the_real_certificate_and_work(
+    orch: TlsOrchestrator, tmp_path: Path
+) -> None:
+    create, connect, submit = banner_commands(orch)
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    cert = str(orch.cert)
+    assert create.startswith(f"curl -sS --cacert {cert} -X POST {orch.url}/api/admin/workers")
+    assert connect.endswith(f"--persistent --ca-cert {cert}")
+    env = {**os.environ, "ADMIN_TOKEN": ADMIN_TOKEN}
+    created = subprocess.run(
+        ["bash", "-c", create], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert created.returncode == 0, created.stderr  # curl exit 60 before: no trust
+    worker = json.loads(created.stdout)
+    # The API's command for the worker names the same file, and it connects.
+    assert f"--ca-cert {cert}" in worker["connection_command"]
+    assert worker["environment"]["TUNEFLEET_CA_CERT"] == cert
+    args = shlex.split(worker["connection_command"])
+    assert args[:2] == ["tunefleet", "worker"]
+    log = tmp_path / "printed-agent.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*TUNEFLEET, *args[1:], "--work-dir", str(tmp_path / "work")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    wait_connected(orch, AgentRun(process, log, worker["worker_id"]))
+    submitted = subprocess.run(
+        ["bash", "-c", submit], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    assert "detail" in json.loads(submitted.stdout) or json.loads(submitted.stdout)["success"]

@@ -3,6 +3,7 @@ rotation, delete, and API tokens with their permission checks."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sqlite3
 from pathlib import Path
@@ -114,6 +115,59 @@ async def test_create_shows_the_token_once_and_stores_only_its_hash(server: Any)
     assert (await WorkerClient(server.client, token).register("gpu-1"))["worker_id"] == data[
         "worker_id"
     ]
+
+
+async def test_a_second_worker_of_one_name_is_409_unless_asked_for(server: Any) -> None:
+    first = await server.ok("POST", "/api/admin/workers", {"name": "gpu-a"})
+    resp = await server.post("/api/admin/workers", {"name": "gpu-a"})
+    assert resp.status == 409
+    assert (await resp.json())["detail"] == (
+        f"a worker named 'gpu-a' exists ({first['worker_id']}); choose another name, or send "
+        "?allow_duplicate=true (tunefleet workers create --allow-duplicate)"
+    )
+    assert (await server.ok("GET", "/api/admin/workers"))["total"] == 1
+    again = await server.ok("POST", "/api/admin/workers?allow_duplicate=true", {"name": "gpu-a"})
+    assert again["worker_id"] != first["worker_id"]
+    assert (await server.ok("GET", "/api/admin/workers"))["total"] == 2
+
+
+async def test_two_creates_of_one_name_at_once_make_one_worker(server: Any) -> None:
+    body = {"name": "racer"}
+    first, second = await asyncio.gather(
+        server.post("/api/admin/workers", body), server.post("/api/admin/workers", body)
+    )
+    assert sorted([first.status, second.status]) == [200, 409]
+
+
+async def test_the_agents_own_type_and_name_are_shown_when_they_differ(server: Any) -> None:
+    worker = await server.create_worker("gpu-b", worker_type="persistent")
+    answer = await worker.register("my-laptop", persistent=False)
+    warnings = [
+        "worker_type is persistent but its agent was started ephemeral (--persistent / "
+        "SIMPLETUNER_WORKER_PERSISTENT): tunefleet's agent follows worker_type, another agent "
+        "exits after one job. Start the agent with --persistent.",
+        "the agent calls itself 'my-laptop' (--name / SIMPLETUNER_WORKER_NAME); this "
+        "worker's name is 'gpu-b'",
+    ]
+    assert (answer["name"], answer["worker_type"], answer["warnings"]) == (
+        "gpu-b",
+        "persistent",
+        warnings,
+    )
+    view = await server.worker_view(worker.worker_id)
+    assert (view["name"], view["agent_name"], view["warnings"]) == ("gpu-b", "my-laptop", warnings)
+    await worker.register("gpu-b", persistent=True)
+    view = await server.worker_view(worker.worker_id)
+    assert (view["agent_name"], view["warnings"]) == ("gpu-b", [])
+
+
+async def test_the_agents_name_survives_a_restart(make_server: Any) -> None:
+    first = await make_server()
+    worker = await first.create_worker("gpu-c")
+    await worker.register("other-name")
+    await first.client.close()
+    second = await make_server()
+    assert (await second.worker_view(worker.worker_id))["agent_name"] == "other-name"
 
 
 async def test_create_refuses_unknown_fields(server: Any) -> None:

@@ -29,8 +29,8 @@ SIMPLETUNER_NO_GPU = {"name": "Unknown", "vram_gb": None, "count": 0, "accelerat
 # --- register ---------------------------------------------------------------------------
 
 
-async def test_register_simpletuner_body_answers_exactly_the_protocol(server: Any) -> None:
-    worker = await server.create_worker("st-box")
+async def test_register_simpletuner_body_answers_the_protocol(server: Any) -> None:
+    worker = await server.create_worker("st-box", worker_type="ephemeral")
     resp = await worker.post("/api/workers/register", SIMPLETUNER_REGISTER)
     assert resp.status == 200
     data = await resp.json()
@@ -39,6 +39,10 @@ async def test_register_simpletuner_body_answers_exactly_the_protocol(server: An
         "sse_url": f"/api/workers/stream?worker_id={worker.worker_id}",
         "resume_job": None,
         "abandon_job": None,
+        # tunefleet's additions, which SimpleTuner's agent does not read.
+        "name": "st-box",
+        "worker_type": "ephemeral",
+        "warnings": [],
     }
     view = await server.worker_view(worker.worker_id)
     assert view["status"] == "idle"

@@ -139,6 +139,11 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
         assert admin is not None and ci is not None
         assert admin.permissions[-2:] == ["queue.command", "queue.local"]
         assert ci.permissions == ["queue.submit"]
+        # Version 7: the name the agent registered with, empty until it registers again.
+        assert worker.agent_name is None
+        assert await store.update_worker("w_old", agent_name="old-box")
+        updated = await store.get_worker("w_old")
+        assert updated is not None and updated.agent_name == "old-box"
     finally:
         await db.close()
 

@@ -39,6 +39,7 @@ class Fleet:
     def __init__(self, ctx: FleetContext) -> None:
         self.ctx = ctx
         self.worker_tokens: dict[str, str] = {}  # token hash → worker id
+        self._names_in_creation: set[str] = set()  # two creates of one name at once
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -231,6 +232,34 @@ class Fleet:
         return self.worker(worker_id).snapshot()
 
     async def create_worker(
+        self,
+        name: str,
+        worker_type: str,
+        labels: dict[str, str],
+        token_hash: str,
+        actor: str,
+        *,
+        allow_duplicate: bool = False,
+    ) -> dict[str, Any]:
+        # Names are how people tell workers apart (lists, logs, the CLI): one name, one
+        # worker, unless asked otherwise.
+        if not allow_duplicate:
+            self._check_name_free(name)
+        self._names_in_creation.add(name)
+        try:
+            return await self._create_worker(name, worker_type, labels, token_hash, actor)
+        finally:
+            self._names_in_creation.discard(name)
+
+    def _check_name_free(self, name: str) -> None:
+        same = next((w.worker_id for w in self.ctx.workers.values() if w.rec.name == name), None)
+        if same is not None or name in self._names_in_creation:
+            raise Conflict(
+                f"a worker named {name!r} exists{f' ({same})' if same else ''}; choose another "
+                "name, or send ?allow_duplicate=true (tunefleet workers create --allow-duplicate)"
+            )
+
+    async def _create_worker(
         self, name: str, worker_type: str, labels: dict[str, str], token_hash: str, actor: str
     ) -> dict[str, Any]:
         rec = WorkerRecord(

@@ -70,6 +70,7 @@ def worker_record(row: WorkerRow) -> WorkerRecord:
         last_seen_at=row.last_seen_at,
         offline_at=row.offline_at,
         created_at=row.created_at,
+        agent_name=row.agent_name,
     )
 
 

@@ -51,6 +51,7 @@ class WorkerRecord:
     job_progress: dict[str, Any] | None = None
     # From the agent's last registration (not stored: it says again when it reconnects).
     allowed_commands: tuple[str, ...] | None = None
+    agent_name: str | None = None
 
     def effective_labels(self) -> dict[str, str]:
         # What an admin assigned wins over what the agent claims about itself.
@@ -79,6 +80,7 @@ class WorkerRecord:
         self.accelerator_type = gpu.get("accelerator")
         self.agent_labels = dict(msg.agent_labels)
         self.persistent_agent = msg.persistent
+        self.agent_name = msg.name
         self.provider = msg.provider
         self.hostname = msg.hostname
         self.client_address = msg.client_address
@@ -96,6 +98,7 @@ class WorkerRecord:
             "accelerator_type": self.accelerator_type,
             "agent_labels": self.agent_labels,
             "persistent_agent": self.persistent_agent,
+            "agent_name": self.agent_name,
             "provider": self.provider,
             "hostname": self.hostname,
             "client_address": self.client_address,
@@ -156,7 +159,31 @@ class WorkerRecord:
             "uptime_seconds": (
                 round(now - self.connected_at, 1) if online and self.connected_at else 0.0
             ),
+            "agent_name": self.agent_name,
+            "warnings": self.agent_warnings(),
         }
+
+    def agent_warnings(self) -> list[str]:
+        """Where the agent's own settings disagree with the administrator's. The
+        administrator's worker_type and name are the ones in force: tunefleet's agent
+        follows them; another agent (SimpleTuner's) runs as it was started."""
+        warnings: list[str] = []
+        typed_persistent = self.worker_type == "persistent"
+        if self.persistent_agent is not None and self.persistent_agent != typed_persistent:
+            started = "persistent" if self.persistent_agent else "ephemeral"
+            fix = "with --persistent" if typed_persistent else "without --persistent"
+            other = "exits after one job" if typed_persistent else "stays after its job"
+            warnings.append(
+                f"worker_type is {self.worker_type} but its agent was started {started} "
+                "(--persistent / SIMPLETUNER_WORKER_PERSISTENT): tunefleet's agent follows "
+                f"worker_type, another agent {other}. Start the agent {fix}."
+            )
+        if self.agent_name and self.agent_name != self.name:
+            warnings.append(
+                f"the agent calls itself {self.agent_name!r} (--name / "
+                f"SIMPLETUNER_WORKER_NAME); this worker's name is {self.name!r}"
+            )
+        return warnings
 
 
 @dataclass(slots=True)

@@ -204,6 +204,11 @@ class WorkerActor(WorkerFsmMixin, Actor):
             "sse_url": f"/api/workers/stream?worker_id={self.worker_id}",
             "resume_job": resume_job,
             "abandon_job": abandon_job,
+            # tunefleet's additions: what the administrator set is in force; an agent
+            # that knows these follows them (SimpleTuner's ignores them).
+            "name": self.rec.name,
+            "worker_type": self.rec.worker_type,
+            "warnings": self.rec.agent_warnings(),
         }
 
     def on_open_stream(self, msg: m.OpenStream) -> StreamConnection:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import signal
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -26,15 +25,19 @@ import structlog
 from tunefleet import __version__
 from tunefleet.agent.backoff import Backoff
 from tunefleet.agent.client import (
+    NOT_AN_ORCHESTRATOR_STRIKES,
+    AgentError,
     InvalidToken,
+    NotAnOrchestrator,
+    NotAnOrchestratorGiveUp,
     OrchestratorUnreachable,
     Registration,
     RequestRejected,
     StreamLost,
     WorkerClient,
 )
-from tunefleet.agent.executor import JobExecutor
-from tunefleet.agent.gpu import GpuInventory, GpuProbe, GpuSample
+from tunefleet.agent.gpu import GpuInventory, GpuSample
+from tunefleet.agent.identity import reconcile
 from tunefleet.agent.job_slot import AgentLifecycle, Executor, JobSlot
 from tunefleet.agent.outbox import Outbox, ReportSender
 from tunefleet.agent.settings import AgentSettings
@@ -73,6 +76,7 @@ class Agent:
             settings.worker_token,
             tls=client_ssl_context(settings.ca_cert, settings.verify_tls),
             request_timeout_s=settings.request_timeout_s,
+            ca_cert=settings.ca_cert,
         )
         self.sleep = sleep
         self.monotonic = monotonic
@@ -84,6 +88,9 @@ class Agent:
         self.heartbeats_sent = 0
         self.inventory = GpuInventory()
         self._rng = rng or random.Random()
+        # The administrator's worker_type wins once the orchestrator says it (identity.py).
+        self.persistent = settings.persistent
+        self._noted: set[str] = set()
         self._stop_reason: str | None = None
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
@@ -170,7 +177,8 @@ class Agent:
             await self._shutdown(tasks, fatal=asyncio.CancelledError())
             raise
         fatal = _first_error(done)
-        if fatal is not None and not isinstance(fatal, InvalidToken | OrchestratorUnreachable):
+        # AgentErrors carry their own message, which the command line prints.
+        if fatal is not None and not isinstance(fatal, AgentError):
             log.error("worker agent failed", error=repr(fatal))
         await self._shutdown(tasks, fatal)
         if fatal is not None:
@@ -221,12 +229,17 @@ class Agent:
 
     async def _connection_loop(self) -> None:
         backoff = self._backoff()
+        strikes = 0  # answers in a row that were not an orchestrator's
         while True:
             try:
                 registration = await self.client.register(self._register_body())
             except (OrchestratorUnreachable, RequestRejected) as error:
+                strikes = strikes + 1 if isinstance(error, NotAnOrchestrator) else 0
+                if strikes >= NOT_AN_ORCHESTRATOR_STRIKES:
+                    raise NotAnOrchestratorGiveUp(str(error)) from error
                 await self._wait_to_reconnect(backoff, error)
                 continue
+            strikes = 0
             self._on_registered(registration)
             try:
                 await self._read_until_resync(registration, backoff)
@@ -253,6 +266,13 @@ class Agent:
         }
 
     def _on_registered(self, registration: Registration) -> None:
+        identity = reconcile(self.settings, registration)
+        self.persistent = identity.persistent
+        self.jobs.one_job_only = not identity.persistent
+        for note in identity.notes:
+            if note not in self._noted:
+                self._noted.add(note)
+                log.warning(note)
         self.lifecycle.worker_id = registration.worker_id
         # Jobs from now on come from this orchestrator: relative endpoints are its.
         self.jobs.base_url = self.client.base_url
@@ -378,7 +398,7 @@ class Agent:
     def _leave_if_ephemeral_done(self, drained: bool = False) -> None:
         """An ephemeral worker leaves once its one job is over and reported; drained,
         it leaves at once when it has none."""
-        if self.settings.persistent or not self.jobs.empty:
+        if self.persistent or not self.jobs.empty:
             return
         if self.jobs.accepted:
             self.request_stop("ephemeral worker finished its job")
@@ -427,33 +447,6 @@ class Agent:
         except TimeoutError:
             log.warning("gpu sample timed out", timeout_s=_GPU_SAMPLE_TIMEOUT_S)
             return GpuSample([], [])
-
-
-async def run_worker(settings: AgentSettings) -> None:
-    """The `tunefleet worker` process: real executor and GPUs, signals wired to a clean stop."""
-    probe = GpuProbe()
-    executor = JobExecutor(
-        settings.work_dir,
-        list(settings.train_command),
-        allowed_commands=settings.allowed_commands,
-    )
-    agent = Agent(settings, executor=executor, gpu=probe)
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, agent.handle_signal, sig.name)
-        except (ValueError, RuntimeError, NotImplementedError):
-            # Not the main thread (embedded, tests) or no signal support: stop() still works.
-            log.debug("signal handler not installed", signal=sig.name)
-        else:
-            installed.append(sig)
-    try:
-        await agent.run()
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        probe.close()
 
 
 def _shutdown_reason(payload: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ import socket
 import ssl
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +22,7 @@ from urllib.parse import quote
 import aiohttp
 
 from tunefleet import __version__
+from tunefleet.agent.probe import describe_body, speaks_tls
 from tunefleet.agent.sse import SseEvent, SseParser
 from tunefleet.errors import TunefleetError
 from tunefleet.http.tokens import API_TOKEN_PREFIX
@@ -43,11 +45,22 @@ API_TOKEN_GIVEN_MESSAGE = (
     "(wt_...): an administrator creates one with `tunefleet workers create NAME` (or POST "
     "/api/admin/workers) and the response holds it."
 )
-TLS_HINT = (
-    "If the orchestrator uses a self-signed certificate, pass its CA certificate with "
-    "--ca-cert /path/to/ca.pem (or add it to the system trust store); --ssl-no-verify turns "
-    "verification off (development only)."
-)
+
+
+def tls_hint(ca_cert: Path | None) -> str:
+    if ca_cert is not None:
+        return (
+            f"The certificate given with --ca-cert, {ca_cert}, is not the one this "
+            "orchestrator serves (or did not sign it): copy the orchestrator's certificate "
+            "again (a `tunefleet server --ssl` prints its path at start, "
+            "<data-dir>/tls/cert.pem) and pass that file."
+        )
+    return (
+        "If the orchestrator uses a self-signed certificate, copy it to this machine and "
+        "pass it with --ca-cert (a `tunefleet server --ssl` prints its path at start, "
+        "<data-dir>/tls/cert.pem, and puts it in the worker command it shows), or add it to "
+        "the system trust store; --ssl-no-verify turns verification off (development only)."
+    )
 
 
 class AgentError(TunefleetError):
@@ -65,8 +78,8 @@ class InvalidToken(AgentError):
 class TlsVerificationFailed(AgentError):
     """The orchestrator's certificate did not verify; retrying cannot help."""
 
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"SSL certificate verify failed for {url}: {reason}. {TLS_HINT}")
+    def __init__(self, url: str, reason: str, ca_cert: Path | None = None) -> None:
+        super().__init__(f"SSL certificate verify failed for {url}: {reason}. {tls_hint(ca_cert)}")
 
 
 class OrchestratorNotFound(AgentError):
@@ -79,8 +92,61 @@ class OrchestratorNotFound(AgentError):
         )
 
 
+class WrongScheme(AgentError):
+    """An http:// URL whose port speaks TLS: retrying cannot help; the agent exits."""
+
+    def __init__(self, url: str) -> None:
+        https = "https://" + url.removeprefix("http://")
+        super().__init__(
+            f"{url} closed the connection without answering, and its port speaks HTTPS: "
+            f"the orchestrator serves TLS (tunefleet server --ssl). Use {https} (with "
+            "--ca-cert for a self-signed certificate)."
+        )
+
+
 class OrchestratorUnreachable(AgentError):
-    """The orchestrator cannot be reached or answered 5xx: try again later."""
+    """The orchestrator cannot be reached or answered 5xx: try again later. When there
+    was an answer: its ``http_status``, whether it was a JSON object (``json``) and what
+    it said (``detail``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        http_status: int | None = None,
+        json: bool = True,
+        detail: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.json = json
+        self.detail = detail
+
+
+# A proxy may answer so for a moment while its orchestrator starts; three in a row, a
+# few seconds apart with the backoff, is not a moment.
+NOT_AN_ORCHESTRATOR_STRIKES = 3
+
+
+class NotAnOrchestratorGiveUp(AgentError):
+    """The last NotAnOrchestrator, after which the agent stops."""
+
+
+class NotAnOrchestrator(OrchestratorUnreachable):
+    """The URL answers, but not as an orchestrator (501, or a page instead of JSON).
+    Retried a few times (a proxy may answer so while the orchestrator starts), then the
+    agent stops (``NOT_AN_ORCHESTRATOR_STRIKES``)."""
+
+    def __init__(self, url: str, status: int, body: str) -> None:
+        super().__init__(
+            f"{url} answered HTTP {status} with {body}, not the orchestrator's JSON: it is "
+            "not a tunefleet (or SimpleTuner) orchestrator. Check --orchestrator-url: the "
+            "orchestrator's base URL and port, e.g. https://host:8001, as `tunefleet server` "
+            "prints it.",
+            http_status=status,
+            json=False,
+            detail=body,
+        )
 
 
 class StreamLost(OrchestratorUnreachable):
@@ -90,9 +156,10 @@ class StreamLost(OrchestratorUnreachable):
 class RequestRejected(AgentError):
     """A 4xx other than 401: the request itself was refused; ``status`` says why."""
 
-    def __init__(self, status: int, detail: str, what: str) -> None:
+    def __init__(self, status: int, detail: str, what: str, *, json: bool = True) -> None:
         self.status = status
         self.detail = detail
+        self.json = json
         super().__init__(f"{what} refused with HTTP {status}: {detail}")
 
 
@@ -102,6 +169,9 @@ class Registration:
     sse_url: str
     resume_job: dict[str, Any] | None
     abandon_job: str | None
+    # tunefleet's additions (None from an orchestrator that does not send them).
+    name: str | None = None
+    worker_type: str | None = None
 
 
 class WorkerClient:
@@ -123,6 +193,7 @@ class WorkerClient:
         tls: ssl.SSLContext | bool = True,
         request_timeout_s: float = 30.0,
         connect_timeout_s: float = 10.0,
+        ca_cert: Path | None = None,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self.base_urls = [url.rstrip("/") for url in urls]
@@ -131,6 +202,7 @@ class WorkerClient:
         self._failed: set[str] = set()  # URLs that failed us since the last answer
         # Seconds a 503 asked us to wait (Retry-After: a standby, or one taking over).
         self.retry_after_s: float | None = None
+        self.ca_cert = ca_cert  # named in a TLS error
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._headers = {"X-Worker-Token": token, "User-Agent": USER_AGENT}
@@ -185,7 +257,18 @@ class WorkerClient:
         except RequestRejected as error:
             if error.status in (404, 405):
                 raise OrchestratorNotFound(self.base_url, error.status) from error
+            if not error.json:
+                raise NotAnOrchestrator(self.base_url, error.status, error.detail) from error
             raise
+        except OrchestratorUnreachable as error:
+            # 502-504 are a proxy whose orchestrator is away: worth waiting for.
+            status = error.http_status
+            proxy_waiting = status in (502, 503, 504) or error.json
+            if status is not None and (status == 501 or not proxy_waiting):
+                raise NotAnOrchestrator(self.base_url, status, error.detail) from error
+            raise
+        if not isinstance(data, dict) or not isinstance(data.get("worker_id"), str):
+            raise NotAnOrchestrator(self.base_url, 200, describe_body(data))
         return _registration(data)
 
     async def heartbeat(self, body: Mapping[str, Any], timeout_s: float | None = None) -> None:
@@ -242,7 +325,7 @@ class WorkerClient:
             ) from error
         except aiohttp.ClientError as error:
             self._fail_over(used)
-            raise connection_error(used, error) from error
+            raise await self._connection_error(used, error) from error
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -279,7 +362,7 @@ class WorkerClient:
             ) from error
         except aiohttp.ClientError as error:
             self._fail_over(used)
-            raise connection_error(used, error) from error
+            raise await self._connection_error(used, error) from error
         if response.status == 503:
             self.retry_after_s = _retry_after(response.headers.get("Retry-After"))
             self._fail_over(used, data)
@@ -289,16 +372,27 @@ class WorkerClient:
         self._raise_for_status(response.status, data, what)
         return data
 
+    async def _connection_error(self, used: str, error: aiohttp.ClientError) -> AgentError:
+        if (
+            isinstance(error, aiohttp.ServerDisconnectedError)
+            and used.startswith("http://")
+            and await speaks_tls(used)
+        ):
+            return WrongScheme(used)
+        return connection_error(used, error, self.ca_cert)
+
     def _raise_for_status(self, status: int, data: Any, what: str) -> None:
         if status == 401:
             raise InvalidToken(api_token=self._api_token_given)
         _raise_for_status(status, data, what)
 
 
-def connection_error(url: str, error: aiohttp.ClientError) -> AgentError:
+def connection_error(
+    url: str, error: aiohttp.ClientError, ca_cert: Path | None = None
+) -> AgentError:
     """Translate aiohttp's exception into the message the user needs."""
     if isinstance(error, aiohttp.ClientConnectorCertificateError):
-        return TlsVerificationFailed(url, str(error.certificate_error))
+        return TlsVerificationFailed(url, str(error.certificate_error), ca_cert)
     if isinstance(error, aiohttp.ClientSSLError):
         return OrchestratorUnreachable(
             f"TLS handshake with {url} failed: {error}. Is the orchestrator serving HTTPS "
@@ -343,21 +437,19 @@ def _raise_for_status(status: int, data: Any, what: str) -> None:
         return
     if status == 401:
         raise InvalidToken()
-    detail = data.get("detail") if isinstance(data, dict) else None
-    if not isinstance(detail, str):
-        detail = str(data)[:200] if data else "(no detail)"
+    detail = describe_body(data)  # never a raw HTML page
+    json = isinstance(data, dict)
     if status >= 500:
         raise OrchestratorUnreachable(
-            f"{what} failed: the orchestrator answered {status}: {detail}"
+            f"{what} failed: the orchestrator answered {status}: {detail}",
+            http_status=status,
+            json=json,
+            detail=detail,
         )
-    raise RequestRejected(status, detail, what)
+    raise RequestRejected(status, detail, what, json=json)
 
 
-def _registration(data: Any) -> Registration:
-    if not isinstance(data, dict) or not isinstance(data.get("worker_id"), str):
-        raise OrchestratorUnreachable(
-            f"the registration answer is not the worker protocol's: {str(data)[:200]!r}"
-        )
+def _registration(data: dict[str, Any]) -> Registration:
     worker_id = data["worker_id"]
     sse_url = data.get("sse_url")
     resume = data.get("resume_job")
@@ -369,4 +461,10 @@ def _registration(data: Any) -> Registration:
         else f"/api/workers/stream?worker_id={worker_id}",
         resume_job=resume if isinstance(resume, dict) else None,
         abandon_job=abandon if isinstance(abandon, str) and abandon else None,
+        name=_text(data.get("name")),
+        worker_type=_text(data.get("worker_type")),
     )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

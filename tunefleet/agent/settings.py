@@ -45,7 +45,8 @@ DEFAULT_EPHEMERAL_RECONNECT_TIMEOUT_S = 300.0
 SSL_NO_VERIFY_WARNING = (
     "WARNING: --ssl-no-verify turns off TLS certificate verification. Use it for "
     "development only: anyone on the network path can impersonate the orchestrator and "
-    "read the worker token. Prefer --ca-cert /path/to/ca.pem."
+    "read the worker token. Prefer --ca-cert with a copy of the orchestrator's certificate "
+    "(a `tunefleet server --ssl` prints its path at start: <data-dir>/tls/cert.pem)."
 )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from tunefleet.agent import settings as s
-from tunefleet.agent.agent import run_worker
+from tunefleet.agent.process import run_worker
 from tunefleet.errors import TunefleetError
 from tunefleet.logging import configure_logging
 

@@ -138,10 +138,20 @@ def _print_token(data: dict[str, Any], headline: str) -> None:
     metavar="KEY=VALUE",
     help="A label jobs can select on; repeatable. Wins over the agent's own.",
 )
+@click.option(
+    "--allow-duplicate",
+    is_flag=True,
+    help="Create it even if a worker of this name exists (names are unique otherwise).",
+)
 @json_option
 @connection_options
 def create_worker(
-    conn: Connection, name: str, ephemeral: bool, labels: tuple[str, ...], as_json: bool
+    conn: Connection,
+    name: str,
+    ephemeral: bool,
+    labels: tuple[str, ...],
+    allow_duplicate: bool,
+    as_json: bool,
 ) -> None:
     """Create a worker and print its token once (POST /api/admin/workers)."""
     body = {
@@ -149,7 +159,8 @@ def create_worker(
         "worker_type": "ephemeral" if ephemeral else "persistent",
         "labels": parse_pairs(labels, "--label"),
     }
-    data = call(conn, lambda api: api.post("/api/admin/workers", body))
+    path = "/api/admin/workers" + ("?allow_duplicate=true" if allow_duplicate else "")
+    data = call(conn, lambda api: api.post(path, body))
     if as_json:
         print_json(data)
         return

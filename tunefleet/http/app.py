@@ -36,7 +36,12 @@ from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership, standby_gate
 from tunefleet.http.metrics import Metrics
 from tunefleet.http.routes import build_routes, middlewares
-from tunefleet.http.tls import ensure_self_signed, fingerprint, server_ssl_context
+from tunefleet.http.tls import (
+    ensure_self_signed,
+    fingerprint,
+    is_self_signed,
+    server_ssl_context,
+)
 from tunefleet.jobconfigs import ConfigCatalog
 from tunefleet.logging import configure_logging
 from tunefleet.storage.database import open_database
@@ -130,6 +135,14 @@ class ServerOptions:
     @property
     def database_url_description(self) -> str:
         return parse_database_url(self.database_url, self.data_dir).description
+
+    @property
+    def trust_cert(self) -> Path | None:
+        """The certificate clients must be told to trust (``--ca-cert``/``--cacert``):
+        the served one when it is self-signed; None for plain HTTP or a CA-issued one."""
+        if not (self.use_ssl and self.ssl_cert and self.ssl_cert.exists()):
+            return None
+        return self.ssl_cert if is_self_signed(self.ssl_cert) else None
 
 
 def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Application:
@@ -299,6 +312,8 @@ def _serve(options: ServerOptions) -> int:
         else:
             paths = ensure_self_signed(options.data_dir / "tls", [options.host])
             cert, key = paths.cert, paths.key
+            # The banner and connection_command name the certificate to trust.
+            options = replace(options, ssl_cert=cert, ssl_key=key)
         ssl_context = server_ssl_context(cert, key)
         print(f"TLS certificate {cert} (SHA-256 fingerprint {fingerprint(cert)})", flush=True)
     app = build_app(options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 import structlog
@@ -60,17 +61,29 @@ def startup_banner(options: ServerOptions, new_admin_token: str | None) -> str:
         ]
     else:
         lines += ["", "  Sign in with your admin API token (export ADMIN_TOKEN=tf_...)."]
+    # -sS: quiet, but a failure (refused, TLS) is still said, not hidden.
+    curl = "curl -sS"
+    worker = f"tunefleet worker --orchestrator-url {url} --worker-token wt_... --persistent"
+    trust = options.trust_cert
+    if trust is not None:
+        curl += f" --cacert {shlex.quote(str(trust))}"
+        worker += f" --ca-cert {shlex.quote(str(trust))}"
     lines += [
         "",
         "  Create a worker:",
-        f'    curl -s -X POST {url}/api/admin/workers -H "Authorization: Bearer {token_ref}" \\',
+        f'    {curl} -X POST {url}/api/admin/workers -H "Authorization: Bearer {token_ref}" \\',
         '      -d \'{"name": "gpu-worker-1", "worker_type": "persistent"}\'',
         "  Connect it (on the GPU machine, with the token from that response):",
-        f"    tunefleet worker --orchestrator-url {url} --worker-token wt_... --persistent",
+        f"    {worker}",
         "  Submit a job:",
-        f'    curl -s -X POST {url}/api/queue/submit -H "Authorization: Bearer {token_ref}" \\',
+        f'    {curl} -X POST {url}/api/queue/submit -H "Authorization: Bearer {token_ref}" \\',
         '      -d \'{"config_name": "tiny-example", "target": "auto"}\'',
     ]
+    if trust is not None:
+        lines.append(
+            f"  (The certificate is self-signed: copy {trust} to each worker machine"
+            " and pass that copy to --ca-cert.)"
+        )
     if options.host in ("127.0.0.1", "localhost", "::1"):
         lines.append(
             "  (Listening on loopback only: use --host 0.0.0.0 for workers on other machines.)"

@@ -17,6 +17,7 @@ from tunefleet.http.schemas_admin import (
     ApiTokenCreated,
     ApiTokenListResponse,
     CreateApiTokenRequest,
+    CreateWorkerQuery,
     CreateWorkerRequest,
     CreateWorkerResponse,
     DeleteWorkerQuery,
@@ -49,6 +50,10 @@ def connection_help(
     parts += ["--name", name]
     if worker_type == "persistent":
         parts.append("--persistent")
+    trust = request.app[keys.OPTIONS].trust_cert if keys.OPTIONS in request.app else None
+    if trust is not None:
+        # The orchestrator's own path: the file is copied to the worker machine there.
+        parts += ["--ca-cert", str(trust)]
     environment = {
         "SIMPLETUNER_ORCHESTRATOR_URL": url,
         "SIMPLETUNER_WORKER_TOKEN": token,
@@ -56,6 +61,8 @@ def connection_help(
     }
     if worker_type == "persistent":
         environment["SIMPLETUNER_WORKER_PERSISTENT"] = "true"
+    if trust is not None:
+        environment["TUNEFLEET_CA_CERT"] = str(trust)
     return {"connection_command": shlex.join(parts), "environment": environment}
 
 
@@ -90,14 +97,22 @@ async def get_worker(request: web.Request) -> web.StreamResponse:
     "/api/admin/workers",
     summary="Create a worker and its token (the token is shown only in this response)",
     request=CreateWorkerRequest,
+    query=CreateWorkerQuery,
     response=CreateWorkerResponse,
     auth="api:admin.workers",
+    errors={409: "A worker of this name exists (send ?allow_duplicate=true)"},
 )
 async def create_worker(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, CreateWorkerRequest)
+    query = parse_query(request, CreateWorkerQuery)
     token = new_worker_token()
     worker = await fleet_of(request).create_worker(
-        body.name, body.worker_type, dict(body.labels), hash_token(token), actor_name(request)
+        body.name,
+        body.worker_type,
+        dict(body.labels),
+        hash_token(token),
+        actor_name(request),
+        allow_duplicate=query.allow_duplicate,
     )
     return web.json_response(
         {

@@ -72,6 +72,13 @@ class WorkerSummary(ResponseModel):
     offline_at: str | None = None
     # What the agent said it runs (--allowed-commands); null: not said (any).
     allowed_commands: list[str] | None = None
+    agent_name: str | None = Field(
+        default=None, description="The name the agent registered with (--name)"
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Where the agent's settings disagree with worker_type or the name",
+    )
 
 
 class WorkerListResponse(ResponseModel):
@@ -86,6 +93,12 @@ class CreateWorkerRequest(StrictRequestModel):
     name: PlainName
     worker_type: WorkerType = "persistent"
     labels: Labels = Field(default_factory=dict)
+
+
+class CreateWorkerQuery(RequestModel):
+    """``?allow_duplicate=true`` creates a worker whose name another worker has."""
+
+    allow_duplicate: bool = False
 
 
 class CreateWorkerResponse(ResponseModel):

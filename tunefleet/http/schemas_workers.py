@@ -21,6 +21,7 @@ from tunefleet.http.schemas_common import (
     ResponseModel,
     ShortText,
     VersionText,
+    WorkerType,
     truncating,
 )
 
@@ -94,10 +95,17 @@ class ResumeJob(ResponseModel):
 
 
 class RegisterResponse(ResponseModel):
+    """The protocol's four fields, and tunefleet's additions: the administrator's ``name``
+    and ``worker_type`` (in force; tunefleet's agent follows them) and ``warnings`` where
+    the agent's own settings disagree."""
+
     worker_id: str = Field(examples=["w_abc123"])
     sse_url: str = Field(examples=["/api/workers/stream?worker_id=w_abc123"])
     resume_job: ResumeJob | None = None
     abandon_job: str | None = None
+    name: str | None = None
+    worker_type: WorkerType | None = None
+    warnings: list[str] = Field(default_factory=list)
 
 
 def _samples(value: Any) -> Any:

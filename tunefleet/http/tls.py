@@ -86,6 +86,13 @@ def fingerprint(cert_path: Path) -> str:
     return ":".join(f"{byte:02X}" for byte in digest)
 
 
+def is_self_signed(cert_path: Path) -> bool:
+    """Whether the certificate signed itself: then clients must be given it to trust
+    (``--ca-cert``), since no CA they know vouches for it."""
+    cert = _load_cert(cert_path)
+    return cert.issuer == cert.subject
+
+
 def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
     """A server context that refuses anything older than TLS 1.2."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -234,6 +234,12 @@ def _leader_lease(database: pw.Database) -> None:
     LeaderLease.create_table(safe=False)
 
 
+def _worker_agent_name(database: pw.Database) -> None:
+    """The name the agent registered with, shown beside the administrator's (issue 11)."""
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(migrator.add_column("worker", "agent_name", pw.TextField(null=True)))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -245,6 +251,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(5, "artifacts: upload tokens, objects, checkpoints, multipart uploads", _artifacts),
     Migration(6, "leader lease for standby orchestrators on PostgreSQL", _leader_lease),
+    Migration(7, "worker agent_name", _worker_agent_name),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

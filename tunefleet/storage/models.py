@@ -120,6 +120,7 @@ class Worker(BaseModel):
     connected_at = pw.DoubleField(null=True)
     last_seen_at = pw.DoubleField(null=True)
     offline_at = pw.DoubleField(null=True)  # added by migration 2
+    agent_name = pw.TextField(null=True)  # added by migration 7: the name the agent sent
     created_at = pw.DoubleField()
     updated_at = pw.DoubleField()
 

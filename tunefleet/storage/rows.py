@@ -47,6 +47,7 @@ class WorkerRow:
     offline_at: float | None
     created_at: float
     updated_at: float
+    agent_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
