@@ -288,3 +288,17 @@ async def test_an_allowed_command_runs(tmp_path: Path) -> None:
         spec(["python", "-c", "print('allowed')"]), rec
     )
     assert outcome.status == "completed" and rec.texts("stdout") == ["allowed"]
+
+
+async def test_a_base_environment_replaces_the_agents_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local runner passes the orchestrator's environment scrubbed of its secrets."""
+    monkeypatch.setenv("TUNEFLEET_ADMIN_TOKEN", "tf_secret")
+    rec = Recorder()
+    show = "import os; print(os.environ.get('TUNEFLEET_ADMIN_TOKEN', 'unset'), os.environ['KEPT'])"
+    outcome = await executor(tmp_path, base_env={"KEPT": "yes"}).run(
+        spec(["python", "-c", show]), rec
+    )
+    assert outcome.status == "completed"
+    assert rec.texts("stdout") == ["unset yes"]

@@ -1,17 +1,23 @@
 """End to end, who can run what: a real orchestrator (with its local runner) and real
 agents. A ``queue.submit``-only token cannot choose the program anywhere nor run anything
 on the orchestrator's machine; a marker file proves nothing ran. With ``queue.command``
-and ``queue.local`` it can. An agent runs only its ``--allowed-commands``."""
+and ``queue.local`` it can, but the local trainer cannot read the data directory. An
+agent runs only its ``--allowed-commands``."""
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
+import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Agent, ApiError, Orchestrator, write_tiny_config
+from tests.e2e.harness import ADMIN_TOKEN, Agent, ApiError, Orchestrator, write_tiny_config
 from tests.e2e.test_e2e_fleet import start_agent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -23,6 +29,9 @@ def orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
     write_tiny_config(configs, "quick", max_train_steps=5, step_seconds=0.01)
     allow = ["sh -c **", "python -m tunefleet.examples.tiny_trainer"]
     extra = [arg for pattern in allow for arg in ("--local-allowed-commands", pattern)]
+    # These tests are about permissions, not isolation (the test below is): the local
+    # runner runs whether or not this machine lets nobody run its Python.
+    extra.append("--local-runner-unisolated")
     orch = Orchestrator(tmp_path / "data", configs, local_runner=True, extra_args=extra).start()
     yield orch
     orch.stop()
@@ -93,20 +102,68 @@ def test_submit_only_token_runs_no_chosen_command_and_nothing_locally(
     assert not marker.exists()
 
 
-def test_with_command_and_local_the_token_runs_its_command_locally(
-    orchestrator: Orchestrator, tmp_path: Path
+def test_with_command_and_local_it_runs_but_the_trainer_cannot_read_the_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    orch = orchestrator
-    marker = tmp_path / "marker"
-    token = token_with(orch, "queue.submit", "queue.command", "queue.local")
-    body = {
-        "config_name": "quick",
-        "target": "local",
-        "command": ["sh", "-c", f"touch {marker}"],
-    }
-    job = orch.request("POST", "/api/queue/submit", body, token=token)
-    assert orch.wait_job(job["job_id"], {"completed", "failed"})["status"] == "completed"
-    assert marker.exists()
+    """As root, the local runner runs trainers as nobody, in a work directory outside the
+    data directory (closed to others), with the orchestrator's secrets scrubbed from
+    their environment. The control, the same job with --local-runner-unisolated, reads
+    the data directory: the check can fail."""
+    if os.geteuid() != 0:
+        pytest.skip("isolating local trainers needs an orchestrator running as root")
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("this machine has no user nobody to run trainers as")
+    # Under /var/tmp, not pytest's tmp_path (mode 0700 above it would hide the data
+    # directory from nobody whatever tunefleet does).
+    base = Path(tempfile.mkdtemp(prefix="tunefleet-isolation-", dir="/var/tmp"))
+    try:
+        base.chmod(0o755)
+        data, work = base / "data", base / "work"
+        monkeypatch.setenv("TUNEFLEET_ADMIN_TOKEN", ADMIN_TOKEN)  # a secret in its env
+        script = (
+            "id -un; echo token=${TUNEFLEET_ADMIN_TOKEN:-unset}; "
+            f"if ls {data} >/dev/null 2>&1 || cat {data}/tunefleet.db >/dev/null 2>&1; "
+            "then echo data=READ; else echo data=DENIED; fi; touch ran-here"
+        )
+        isolated = run_local_job(tmp_path, data, work, script, [])
+        assert isolated["lines"][:3] == ["nobody", "token=unset", "data=DENIED"]
+        assert f"local runner: jobs run as nobody in {work}" in isolated["log"]
+        assert (work / "jobs" / isolated["job_id"] / "attempt-1" / "ran-here").exists()
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        control = run_local_job(tmp_path, data, work, script, ["--local-runner-unisolated"])
+        assert control["lines"][:3] == ["root", "token=unset", "data=READ"]
+        assert "local runner: UNISOLATED (--local-runner-unisolated)" in control["log"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_local_job(
+    tmp_path: Path, data: Path, work: Path, script: str, extra: list[str]
+) -> dict[str, Any]:
+    """Start an orchestrator whose local runner runs /bin/sh, submit the script with a
+    token holding queue.command and queue.local, and return its output lines."""
+    configs = tmp_path / "configs"
+    configs.mkdir(exist_ok=True)
+    args = [
+        "--local-train-command", "/bin/sh -c true",
+        "--local-allowed-commands", "/bin/sh -c **",
+        "--local-work-dir", str(work),
+        *extra,
+    ]  # fmt: skip
+    orch = Orchestrator(data, configs, local_runner=True, extra_args=args).start()
+    try:
+        token = token_with(orch, "queue.submit", "queue.command", "queue.local")
+        body = {"config": {"lr": 1}, "target": "local", "command": ["/bin/sh", "-c", script]}
+        job_id = orch.request("POST", "/api/queue/submit", body, token=token)["job_id"]
+        ended = orch.wait_job(job_id, {"completed", "failed"})
+        assert ended["status"] == "completed", (ended, orch.log())
+        logs = orch.request("GET", f"/api/queue/{job_id}/logs")
+        lines = [line["line"] for line in logs["lines"]]
+        return {"job_id": job_id, "lines": lines, "log": orch.log()}
+    finally:
+        orch.stop()
 
 
 def test_an_agent_runs_only_its_allowed_commands(

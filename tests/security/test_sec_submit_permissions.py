@@ -50,7 +50,7 @@ TOKENS = {
 
 @pytest.mark.parametrize("holder", list(TOKENS))
 async def test_each_submission_needs_exactly_its_permission(make_server: Any, holder: str) -> None:
-    server = await make_server(local_runner=True)
+    server = await make_server(local_runner=True, local_runner_unisolated=True)
     (server.configs_dir / "ops-cmd.json").write_text(
         json.dumps({"tunefleet_command": ["python", "-m", "x"], "lr": 1})
     )
@@ -82,7 +82,7 @@ async def test_each_submission_needs_exactly_its_permission(make_server: Any, ho
 async def test_auto_without_queue_local_waits_for_a_worker(make_server: Any) -> None:
     """auto's local fallback is running on the orchestrator: without queue.local the job
     is queued for remote workers only; with it (the admin token) it stays auto."""
-    server = await make_server(local_runner=True)
+    server = await make_server(local_runner=True, local_runner_unisolated=True)
     token = (await server.ok("POST", "/api/admin/tokens", {"name": "ci", "permissions": [SUBMIT]}))[
         "token"
     ]

@@ -97,7 +97,9 @@ async def test_target_worker_and_auto_go_to_a_remote_worker(server: Any) -> None
 
 async def test_target_local_and_auto_with_the_local_runner(make_server: Any) -> None:
     # Its command is the operator's to allow: by default the local runner runs only trainers.
-    server = await make_server(local_runner=True, local_allowed_commands=("**",))
+    server = await make_server(
+        local_runner=True, local_allowed_commands=("**",), local_runner_unisolated=True
+    )
     command = [sys.executable, "-c", "print('local hello')"]
     data = await server.submit(target="local", command=command)
     job = await server.wait_job(data["job_id"], "completed")

@@ -36,6 +36,8 @@ class FleetSettings:
     # to that report is never confirmed written (see ReportWritten).
     report_hold_s: float = 2.0
     local_runner: bool = True
+    # Why the local runner did not start although asked for (no isolation to be had).
+    local_runner_off: str | None = None
     # `{advertise_url}/api/artifacts`: where workers store outputs (job_submit's
     # upload_endpoint). Empty only in fleets built without an artifact store (unit tests).
     upload_endpoint: str = ""

@@ -36,7 +36,9 @@ from tunefleet.agent.job_events import (
 from tunefleet.agent.job_files import (
     JobFiles,
     JobSetupError,
+    RunAs,
     chosen_command,
+    hand_over,
     job_environment,
     output_path,
     prepare_job_dir,
@@ -94,6 +96,8 @@ class JobExecutor:
         *,
         grace_s: float = 10.0,
         allowed_commands: Sequence[str] | None = None,
+        run_as: RunAs | None = None,
+        base_env: Mapping[str, str] | None = None,
         cuda_visible_devices: str | None = None,
         log_batch_lines: int = 200,
         log_interval_s: float = 0.5,
@@ -114,6 +118,9 @@ class JobExecutor:
         # None: any command (an embedding that checks elsewhere); `tunefleet worker` and
         # the local runner always pass their allowed commands.
         self.allowed_commands = tuple(allowed_commands) if allowed_commands is not None else None
+        # The local runner's isolation: trainers as another user, with a scrubbed env.
+        self.run_as = run_as
+        self.base_env = dict(base_env) if base_env is not None else None
         self.cuda_visible_devices = cuda_visible_devices
         self.log_batch_lines = log_batch_lines
         self.log_interval_s = log_interval_s
@@ -212,6 +219,8 @@ class _Attempt:
                 config,
                 self.spec.dataloader,
             )
+            if ex.run_as is not None:
+                hand_over(files, ex.run_as)
             argv = resolve_command(self.spec.command, ex.default_command)
             env = job_environment(
                 files,
@@ -219,6 +228,8 @@ class _Attempt:
                 self.spec.attempt,
                 self.spec.env,
                 ex.cuda_visible_devices,
+                base=ex.base_env,
+                run_as=ex.run_as,
             )
             log_file = files.log_path.open("a", encoding="utf-8")
         except (JobSetupError, OSError) as error:
@@ -331,6 +342,7 @@ class _Attempt:
         capture: OutputCapture,
         artifacts: JobArtifacts | None,
     ) -> JobOutcome:
+        run_as = self.executor.run_as
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -340,9 +352,11 @@ class _Attempt:
                 cwd=files.job_dir,
                 env=env,
                 start_new_session=True,  # its own process group: signals reach all of it
+                **(run_as.process_user() if run_as is not None else {}),  # type: ignore[arg-type]
             )
         except OSError as error:
-            message = f"cannot start command {argv[0]!r}: {error.strerror or error}"
+            who = f" as user {run_as.name}" if run_as is not None else ""
+            message = f"cannot start command {argv[0]!r}{who}: {error.strerror or error}"
             self._log.warning("job command could not start", argv=argv, error=str(error))
             capture.note(message)
             return JobOutcome("failed", None, message, capture.tail)

@@ -29,6 +29,35 @@ class JobSetupError(TunefleetError):
 
 
 @dataclass(frozen=True, slots=True)
+class RunAs:
+    """Another user to run trainers as (the local runner's isolation)."""
+
+    name: str
+    uid: int
+    gid: int
+
+    def process_user(self) -> dict[str, object]:
+        """Popen's arguments that start a process as this user, with no extra groups."""
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+
+def hand_over(files: JobFiles, run_as: RunAs) -> None:
+    """Give the attempt's directory and the files the trainer writes to ``run_as``;
+    output.log stays the agent's."""
+    try:
+        # The folders above it only need to be passable, whatever the umask made them.
+        for folder in (files.job_dir.parent, files.job_dir.parent.parent):
+            os.chmod(folder, 0o755)
+        for path in (files.job_dir, files.config_path, files.progress_path, files.dataloader_path):
+            if path is not None:
+                os.chown(path, run_as.uid, run_as.gid)
+    except OSError as error:
+        raise JobSetupError(
+            f"cannot hand {files.job_dir} to user {run_as.name}: {error}"
+        ) from error
+
+
+@dataclass(frozen=True, slots=True)
 class JobFiles:
     job_dir: Path
     config_path: Path
@@ -145,12 +174,16 @@ def job_environment(
     attempt: int,
     extra: Mapping[str, object],
     cuda_visible_devices: str | None,
+    base: Mapping[str, str] | None = None,
+    run_as: RunAs | None = None,
 ) -> dict[str, str]:
-    """The agent's environment, then the job's `env`, then tunefleet's own variables.
-
-    tunefleet's variables come last because the trainer relies on them being true.
-    """
-    env = dict(os.environ)
+    """The agent's environment (or ``base``), then the job's `env`, then tunefleet's own
+    variables. tunefleet's variables come last because the trainer relies on them being
+    true. A trainer run as another user gets that user's name and the job directory as
+    its home (the agent's home is not its to read)."""
+    env = dict(os.environ if base is None else base)
+    if run_as is not None:
+        env.update({"USER": run_as.name, "LOGNAME": run_as.name, "HOME": str(files.job_dir)})
     env.setdefault("PYTHONUNBUFFERED", "1")  # progress and logs arrive as they happen
     env.update({str(key): str(value) for key, value in extra.items()})
     env.update(

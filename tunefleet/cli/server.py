@@ -172,6 +172,27 @@ def _checked_patterns(
     "a standby takes over within about this long of the active one going away.",
 )
 @click.option(
+    "--local-runner-user",
+    default=None,
+    metavar="USER",
+    help="When the orchestrator runs as root, local trainers run as this user (default: nobody).",
+)
+@click.option(
+    "--local-work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where local jobs get their directories; outside the data directory "
+    "(default: /var/tmp/tunefleet-local-runner when isolated, <data-dir>/local-runner "
+    "when not).",
+)
+@click.option(
+    "--local-runner-unisolated",
+    is_flag=True,
+    help="Run local jobs as the orchestrator's own user, able to read its data directory, "
+    "when isolation cannot be had (not root, or the runner user cannot run the trainer). "
+    "Only if everyone holding queue.local may also control the orchestrator.",
+)
+@click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
 )
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")

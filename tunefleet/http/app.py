@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -22,18 +21,17 @@ from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
 from tunefleet.actors.persistence import Persistence
 from tunefleet.actors.runtime import ActorSystem
-from tunefleet.agent.executor import JobExecutor
 from tunefleet.agent.gpu import GpuProbe
 from tunefleet.artifacts.backends import open_store
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.audit import AuditLog
-from tunefleet.commands import default_patterns, parse_patterns
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
 from tunefleet.http.errors import request_id_on_prepare
 from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership, standby_gate
+from tunefleet.http.local_setup import local_executor, plan_local
 from tunefleet.http.metrics import Metrics
 from tunefleet.http.routes import build_routes, middlewares
 from tunefleet.http.tls import (
@@ -56,9 +54,6 @@ log = structlog.get_logger(__name__)
 def absolute_path(path: Path) -> Path:
     """``~`` expanded and made absolute against the current directory (symlinks kept)."""
     return Path(os.path.abspath(path.expanduser()))
-
-
-DEFAULT_TRAIN_COMMAND = ["python", "-m", "simpletuner.train"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +80,11 @@ class ServerOptions:
     keep_checkpoints: int = 3
     # Empty: the local train command, SimpleTuner's trainer and the example trainer.
     local_allowed_commands: tuple[str, ...] = ()
+    # Isolation of local trainers (tunefleet/actors/local_isolation.py). None: nobody and
+    # /var/tmp/tunefleet-local-runner when isolated, <data-dir>/local-runner when not.
+    local_runner_user: str | None = None
+    local_work_dir: Path | None = None
+    local_runner_unisolated: bool = False
     log_format: str = "console"
     verbose: bool = False
     leader_lease: float = DEFAULT_LEASE_S
@@ -102,6 +102,7 @@ class ServerOptions:
             configs_dir=absolute_path(self.configs_dir),
             ssl_cert=absolute_path(self.ssl_cert) if self.ssl_cert else None,
             ssl_key=absolute_path(self.ssl_key) if self.ssl_key else None,
+            local_work_dir=absolute_path(self.local_work_dir) if self.local_work_dir else None,
         )
 
     def fleet_settings(self) -> FleetSettings:
@@ -235,8 +236,14 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     hub = app[keys.HUB]
     audit = AuditLog(store.append_audit, options.data_dir / "audit.jsonl", clock)
     system = ActorSystem(clock)
+    isolation = plan_local(options) if options.local_runner else None
+    settings = options.fleet_settings()
+    if isolation is not None and isolation.off_reason is not None:
+        off = f"the local runner is off: {isolation.off_reason}"
+        settings = replace(settings, local_runner=False, local_runner_off=off)
+        log.warning("local runner off", reason=isolation.off_reason)
     ctx = FleetContext(
-        settings=options.fleet_settings(),
+        settings=settings,
         clock=clock,
         system=system,
         persistence=Persistence(store),
@@ -255,29 +262,19 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     fleet = Fleet(ctx)
     probe = GpuProbe()
     inventory = probe.inventory()
-    local = local_worker_record(inventory, clock.time()) if options.local_runner else None
+    local = local_worker_record(inventory, clock.time()) if settings.local_runner else None
     await fleet.start(local_worker=local)
     app[keys.FLEET] = fleet
     app[keys.AUDIT] = audit
     runner: LocalRunner | None = None
-    if local is not None:
-        command = (
-            shlex.split(options.local_train_command)
-            if options.local_train_command
-            else DEFAULT_TRAIN_COMMAND
-        )
-        allowed = (
-            parse_patterns(options.local_allowed_commands)
-            if options.local_allowed_commands
-            else default_patterns(command)
-        )
-        executor = JobExecutor(options.data_dir / "local-runner", command, allowed_commands=allowed)
+    if local is not None and isolation is not None:
+        executor = local_executor(options, isolation)
         # Well inside the heartbeat timeout, however short an operator sets it.
         interval_s = min(30.0, options.heartbeat_timeout / 4)
         runner = LocalRunner(fleet, executor, inventory, heartbeat_interval_s=interval_s)
         await runner.start()
     admin_token = await ensure_admin_token(store, options.admin_token)
-    app[keys.BANNER] = startup_banner(options, admin_token)
+    app[keys.BANNER] = startup_banner(options, admin_token, isolation)
     return _RunningFleet(fleet, runner, audit, probe)
 
 

@@ -11,6 +11,7 @@ from tunefleet.http.auth import ALL_PERMISSIONS
 from tunefleet.http.tokens import hash_token, new_api_token
 
 if TYPE_CHECKING:
+    from tunefleet.actors.local_isolation import LocalIsolation
     from tunefleet.http.app import ServerOptions
     from tunefleet.storage.store import Store
 
@@ -43,7 +44,9 @@ async def ensure_admin_token(store: Store, given: str | None) -> str | None:
     return token
 
 
-def startup_banner(options: ServerOptions, new_admin_token: str | None) -> str:
+def startup_banner(
+    options: ServerOptions, new_admin_token: str | None, local: LocalIsolation | None = None
+) -> str:
     host = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
     url = f"{options.scheme}://{host}:{options.port}"
     token_ref = new_admin_token or "$ADMIN_TOKEN"
@@ -53,6 +56,8 @@ def startup_banner(options: ServerOptions, new_admin_token: str | None) -> str:
         f"  data dir:      {options.data_dir}",
         f"  configs dir:   {options.configs_dir}",
     ]
+    if local is not None:  # who the local runner's trainers run as, or why it is off
+        lines.append(f"  {local.banner}")
     if new_admin_token:
         lines += [
             "",

@@ -52,12 +52,6 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, SubmitJobRequest)
     fleet = fleet_of(request)
     settings = fleet.ctx.settings
-    if body.target == "local" and not settings.local_runner:
-        raise ApiError(
-            400,
-            "target local, but this orchestrator runs with --no-local-runner; "
-            "use target worker or auto",
-        )
     config, dataloader = await _resolve_config(request, body)
     config, lifted_command = lift_command(config)
     command = _command(body.command) if body.command is not None else lifted_command
@@ -70,6 +64,9 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
     target = body.target
     if target == "local":
         await require_api(request, QUEUE_LOCAL, needed_for="target local")
+        if not settings.local_runner:
+            off = settings.local_runner_off or "this orchestrator runs with --no-local-runner"
+            raise ApiError(400, f"target local, but {off}; use target worker or auto")
     elif target == "auto" and not principal_of(request).has(QUEUE_LOCAL):
         target = "worker"  # auto's local fallback is running locally: wait for a worker
     gpu_count = body.gpu_count
