@@ -18,8 +18,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 @pytest.fixture
 def relative_orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
     write_tiny_config(tmp_path / "configs", "quick", max_train_steps=5, step_seconds=0.02)
+    # Unisolated: this is about paths; its local jobs then work in <data-dir>/local-runner
+    # (isolation, and where an isolated runner works: tests/e2e/test_e2e_permissions.py).
     orch = Orchestrator(
-        Path(".tunefleet"), Path("configs"), cwd=tmp_path, local_runner=True
+        Path(".tunefleet"),
+        Path("configs"),
+        cwd=tmp_path,
+        local_runner=True,
+        extra_args=["--local-runner-unisolated"],
     ).start()
     yield orch
     orch.stop()
