@@ -41,7 +41,8 @@ from tunefleet.agent.identity import reconcile
 from tunefleet.agent.job_slot import AgentLifecycle, Executor, JobSlot
 from tunefleet.agent.outbox import Outbox, ReportSender
 from tunefleet.agent.settings import AgentSettings
-from tunefleet.agent.sse import SseEvent, decode_event
+from tunefleet.agent.sse import SseEvent, decode_event, shutdown_reason
+from tunefleet.agent.tasks import cancel_task, first_error
 from tunefleet.fsm.worker import WorkerState
 from tunefleet.http.tls import client_ssl_context
 
@@ -176,7 +177,7 @@ class Agent:
             self._force.set()
             await self._shutdown(tasks, fatal=asyncio.CancelledError())
             raise
-        fatal = _first_error(done)
+        fatal = first_error(done)
         # AgentErrors carry their own message, which the command line prints.
         if fatal is not None and not isinstance(fatal, AgentError):
             log.error("worker agent failed", error=repr(fatal))
@@ -191,7 +192,7 @@ class Agent:
         reason = self._stop_reason or str(fatal or "stopping")
         self._stop.set()
         self.lifecycle.fire("drain")  # take nothing new while the job ends
-        await _cancel(connection)
+        await cancel_task(connection)
         deadline = self.monotonic() + self.settings.stop_timeout_s
         job = self.jobs.running
         if job is not None and job.task is not None:
@@ -201,7 +202,7 @@ class Agent:
         if fatal is None and self.online.is_set():
             await self._wait(asyncio.ensure_future(self.outbox.wait_empty()), deadline)
         for task in (heartbeat, sender, stop):
-            await _cancel(task)
+            await cancel_task(task)
         if len(self.outbox):
             log.warning("reports not delivered", count=len(self.outbox), reason=reason)
         if fatal is None and self.online.is_set() and self.worker_id:
@@ -384,7 +385,7 @@ class Agent:
         elif kind == "drain":
             self._on_drain()
         elif kind == "shutdown":
-            why = _shutdown_reason(payload)
+            why = shutdown_reason(payload)
             self.request_stop(f"the orchestrator asked this worker to shut down: {why}")
         else:
             log.debug("ignoring an unknown event type", type=kind)
@@ -447,24 +448,3 @@ class Agent:
         except TimeoutError:
             log.warning("gpu sample timed out", timeout_s=_GPU_SAMPLE_TIMEOUT_S)
             return GpuSample([], [])
-
-
-def _shutdown_reason(payload: dict[str, Any]) -> str:
-    # The protocol puts it at the top level; SimpleTuner's server nests it under "data".
-    nested = payload.get("data")
-    reason = payload.get("reason") or (nested.get("reason") if isinstance(nested, dict) else None)
-    return str(reason or "no reason given")
-
-
-def _first_error(done: set[asyncio.Task[Any]]) -> BaseException | None:
-    for task in done:
-        if not task.cancelled() and task.exception() is not None:
-            return task.exception()
-    return None
-
-
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    if not task.done():
-        task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
