@@ -107,3 +107,19 @@ async def test_an_orchestrator_that_says_nothing_leaves_the_agents_own_settings(
             executor.current.complete()  # type: ignore[union-attr]
             await eventually(task.done, "the ephemeral agent to leave")
     assert warnings_of(logs) == []
+
+
+def test_the_reconnect_timeout_default_follows_the_type_in_force() -> None:
+    from tunefleet.agent.identity import reconnect_limit_s
+    from tunefleet.agent.settings import DEFAULT_EPHEMERAL_RECONNECT_TIMEOUT_S, resolve_settings
+
+    started_ephemeral, _ = resolve_settings(orchestrator_url="http://o:1", worker_token="wt_x")
+    assert reconnect_limit_s(started_ephemeral, persistent=True) is None
+    assert (
+        reconnect_limit_s(started_ephemeral, persistent=False)
+        == DEFAULT_EPHEMERAL_RECONNECT_TIMEOUT_S
+    )
+    given, _ = resolve_settings(
+        orchestrator_url="http://o:1", worker_token="wt_x", reconnect_timeout_s=60.0
+    )
+    assert reconnect_limit_s(given, persistent=True) == 60.0

@@ -37,7 +37,7 @@ from tunefleet.agent.client import (
     WorkerClient,
 )
 from tunefleet.agent.gpu import GpuInventory, GpuSample
-from tunefleet.agent.identity import reconcile
+from tunefleet.agent.identity import reconcile, reconnect_limit_s
 from tunefleet.agent.job_slot import AgentLifecycle, Executor, JobSlot
 from tunefleet.agent.outbox import Outbox, ReportSender
 from tunefleet.agent.settings import AgentSettings
@@ -338,7 +338,7 @@ class Agent:
         now = self.monotonic()
         if self._unreachable_since is None:
             self._unreachable_since = now
-        limit = self.settings.reconnect_timeout_s
+        limit = reconnect_limit_s(self.settings, self.persistent)
         gone_too_long = limit is not None and now - self._unreachable_since >= limit
         if gone_too_long and self.jobs.running is None:
             raise error  # an ephemeral worker stops paying for an orchestrator that is gone

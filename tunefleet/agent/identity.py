@@ -14,7 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tunefleet.agent.client import Registration
-from tunefleet.agent.settings import ENV_NAME, ENV_PERSISTENT, AgentSettings
+from tunefleet.agent.settings import (
+    DEFAULT_EPHEMERAL_RECONNECT_TIMEOUT_S,
+    ENV_NAME,
+    ENV_PERSISTENT,
+    AgentSettings,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +49,11 @@ def reconcile(settings: AgentSettings, registration: Registration) -> Identity:
             "it but not used."
         )
     return Identity(persistent, tuple(notes))
+
+
+def reconnect_limit_s(settings: AgentSettings, persistent: bool) -> float | None:
+    """--reconnect-timeout as given, or else the default of the worker type in force:
+    an agent started ephemeral for a persistent worker waits for its orchestrator."""
+    if not settings.reconnect_timeout_by_type:
+        return settings.reconnect_timeout_s
+    return None if persistent else DEFAULT_EPHEMERAL_RECONNECT_TIMEOUT_S

@@ -74,6 +74,9 @@ class AgentSettings:
     stream_timeout_s: float = DEFAULT_STREAM_TIMEOUT_S
     # None: reconnect forever. Counted while no job runs; a running job is never given up.
     reconnect_timeout_s: float | None = None
+    # Not given: the default of the worker type in force, which the orchestrator may
+    # change from --persistent's (agent/identity.py).
+    reconnect_timeout_by_type: bool = False
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     request_timeout_s: float = 30.0
@@ -138,6 +141,7 @@ def resolve_settings(
         raise SettingsError("--heartbeat-interval and --stream-timeout must be positive.")
     if reconnect_timeout_s is not None and reconnect_timeout_s < 0:
         raise SettingsError("--reconnect-timeout cannot be negative.")
+    by_type = reconnect_timeout_s is None
     if reconnect_timeout_s is None and not persistent:
         reconnect_timeout_s = DEFAULT_EPHEMERAL_RECONNECT_TIMEOUT_S
     command = _train_command(train_command)
@@ -158,6 +162,7 @@ def resolve_settings(
         heartbeat_interval_s=heartbeat_interval_s,
         stream_timeout_s=stream_timeout_s,
         reconnect_timeout_s=reconnect_timeout_s,
+        reconnect_timeout_by_type=by_type,
     )
     return settings, warnings
 
