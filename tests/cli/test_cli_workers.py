@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -57,6 +58,25 @@ def test_a_taken_name_exits_1_naming_allow_duplicate_which_creates_it(tf: Invoke
     assert "--allow-duplicate" in again.stderr
     second = _create(tf, "twin-1", "--allow-duplicate")
     assert second["worker_id"] != first["worker_id"]
+
+
+def test_show_warns_where_the_agent_disagrees_with_the_administrator(
+    tf: Invoke, orchestrator: Orchestrator
+) -> None:
+    created = _create(tf, "shown-name")
+    body = json.dumps({"name": "other-box", "persistent": False}).encode()
+    request = urllib.request.Request(
+        orchestrator.url + "/api/workers/register", data=body, method="POST"
+    )
+    request.add_header("X-Worker-Token", created["token"])
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer = json.loads(response.read())
+    assert (answer["name"], answer["worker_type"]) == ("shown-name", "persistent")
+    result = tf("workers", "show", created["worker_id"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "Warning worker_type is persistent but its agent was started ephemeral" in text
+    assert "the agent calls itself 'other-box'" in text
 
 
 def test_list_table_and_json(tf: Invoke) -> None:

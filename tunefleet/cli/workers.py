@@ -6,6 +6,7 @@ from typing import Any
 from urllib.parse import quote
 
 import click
+from rich.text import Text
 
 from tunefleet.actors.delete_advice import CLI_FORCE, refused_delete_advice
 from tunefleet.cli.client import ApiClient, ApiRefused, CliError, Connection
@@ -112,6 +113,11 @@ def show_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
             ("Last heartbeat", relative_time(w.get("last_heartbeat"))),
             ("Connected since", relative_time(w.get("connected_at"))),
             ("Created", relative_time(w.get("created_at"))),
+            # Where the agent's --name / --persistent disagree with the administrator's.
+            *(
+                ("Warning", Text(str(warning), style="yellow"))
+                for warning in w.get("warnings") or []
+            ),
         ]
     )
 
