@@ -102,7 +102,14 @@ def _first_worker_takes(orch: Orchestrator, name: str, config: dict[str, Any]) -
                 if event["job_id"] == job["job_id"]:
                     status = {"status": "running", "attempt": event["attempt"]}
                     _api(orch, "POST", f"/api/workers/job/{job['job_id']}/status", status, token)
-                    return {**event, "worker_token": token, "worker_id": worker_id}
+                    # The endpoint is a path: put the orchestrator URL in front, as agents do.
+                    endpoint = f"http://127.0.0.1:{orch.port}{event['upload_endpoint']}"
+                    return {
+                        **event,
+                        "upload_endpoint": endpoint,
+                        "worker_token": token,
+                        "worker_id": worker_id,
+                    }
     finally:
         stream.close()  # a closed stream takes no dispatch: the retry goes elsewhere
     raise RuntimeError(f"{name}: the stream ended before the job_submit: {orch.log_tail()}")
@@ -174,7 +181,9 @@ def _measure_dispatch_to_start(orch: Orchestrator, base: Path, n: int, ckpt: Pat
     # The first worker goes away mid-run: the job is queued again, for the real agent.
     gone = {"worker_id": event["worker_id"], "reason": "bench: the spot instance was reclaimed"}
     _api(orch, "POST", "/api/workers/disconnect", gone, first_token)
-    created = _api(orch, "POST", "/api/admin/workers", {"name": f"bench-agent-{n}"})
+    # Ephemeral (the admin's worker_type rules the agent): it exits once its job is reported.
+    worker = {"name": f"bench-agent-{n}", "worker_type": "ephemeral"}
+    created = _api(orch, "POST", "/api/admin/workers", worker)
     work = base / f"agent-{n}"
     env = {**os.environ, "SIMPLETUNER_ORCHESTRATOR_URL": f"http://127.0.0.1:{orch.port}",
            "SIMPLETUNER_WORKER_TOKEN": created["token"]}  # fmt: skip

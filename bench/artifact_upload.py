@@ -120,7 +120,8 @@ async def _upload_once(orch: Orchestrator, event: dict[str, Any], n: int) -> dic
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    url = f"{event['upload_endpoint']}/bench/model-{n}.safetensors"
+    # The endpoint is a path: the orchestrator URL goes in front, as agents put it.
+    url = f"http://127.0.0.1:{orch.port}{event['upload_endpoint']}/bench/model-{n}.safetensors"
     headers = {"X-Upload-Token": event["upload_token"], "Content-Length": str(SIZE)}
     cpu_before, started = proc_cpu_s(pid), time.perf_counter()
     try:

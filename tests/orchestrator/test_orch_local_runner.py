@@ -129,13 +129,18 @@ class _QuietFleet:
 
 async def test_the_local_trainer_gets_the_upload_credentials() -> None:
     executor = _RecordingExecutor()
-    runner = LocalRunner(_QuietFleet(), executor, GpuInventory())  # type: ignore[arg-type]
+    runner = LocalRunner(
+        _QuietFleet(),  # type: ignore[arg-type]
+        executor,
+        GpuInventory(),
+        orchestrator_url="http://127.0.0.1:8001",
+    )
     submit = {
         "job_id": "j_1",
         "attempt": 2,
         "config": {},
         "env": {"A": "1"},
-        "upload_endpoint": "http://127.0.0.1:8001/api/artifacts",
+        "upload_endpoint": "/api/artifacts",
         "upload_token": "ut_" + "x" * 43,
     }
     await runner._run(submit)

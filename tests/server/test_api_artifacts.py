@@ -11,6 +11,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 
 from tests.server.conftest import Server
@@ -98,7 +99,8 @@ async def test_every_dispatch_carries_an_endpoint_and_a_token_for_its_attempt(
     server = await make_server(advertise_url="https://orch.example:8443/")
     worker = await server.connected_worker()
     event = await dispatched(server, worker)
-    assert event["upload_endpoint"] == "https://orch.example:8443/api/artifacts"
+    # A path: SimpleTuner's agent puts the orchestrator URL it uses in front of it.
+    assert event["upload_endpoint"] == "/api/artifacts"
     assert event["upload_token"].startswith("ut_") and len(event["upload_token"]) > 40
     assert event["resume_checkpoint"] is None
     # Stored hashed: the token itself is nowhere in the database file.
@@ -107,11 +109,30 @@ async def test_every_dispatch_carries_an_endpoint_and_a_token_for_its_attempt(
     assert hashlib.sha256(event["upload_token"].encode()).hexdigest().encode() in raw
 
 
-async def test_the_default_endpoint_is_the_listening_address(make_server: Any) -> None:
+async def test_the_endpoint_is_a_path_whatever_the_advertised_address(make_server: Any) -> None:
     server = await make_server(host="127.0.0.1", port=8123)
     worker = await server.connected_worker()
     event = await dispatched(server, worker)
-    assert event["upload_endpoint"] == "http://127.0.0.1:8123/api/artifacts"
+    assert event["upload_endpoint"] == "/api/artifacts"
+
+
+async def test_simpletuners_agent_can_put_to_the_endpoint_it_builds(server: Server) -> None:
+    """SimpleTuner's agent hands its trainer f"{orchestrator_url}{upload_endpoint}"; the
+    trainer then PUTs {that}/{bucket}/{key}. An absolute upload_endpoint would break this."""
+    worker = await server.connected_worker()
+    event = await dispatched(server, worker)
+    orchestrator_url = str(server.client.make_url("")).rstrip("/")
+    endpoint = f"{orchestrator_url}{event['upload_endpoint']}"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.put(
+            f"{endpoint}/outputs/model.safetensors",
+            data=b"weights",
+            headers={TOKEN_HEADER: event["upload_token"]},
+        ) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+    assert objects_on_disk(server, event["job_id"]) >= {"model.safetensors"}
 
 
 # --- the upload endpoint ------------------------------------------------------------------

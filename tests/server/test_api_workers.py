@@ -214,8 +214,9 @@ async def test_stream_frames_each_event_with_event_id_and_one_data_line(server: 
     assert data["job_id"] == job_id
     assert data["config"]["model_type"] == "lora"
     assert data["dataloader"] == [{"id": "pics", "type": "local"}]
-    # SimpleTuner's agent reads these unconditionally; a null token breaks it.
-    assert data["upload_endpoint"] == "http://127.0.0.1:8001/api/artifacts"
+    # SimpleTuner's agent reads these unconditionally (a null token breaks it) and puts
+    # its orchestrator URL in front of the endpoint, so it is a path.
+    assert data["upload_endpoint"] == "/api/artifacts"
     assert isinstance(data["upload_token"], str) and data["upload_token"].startswith("ut_")
     assert {"provider", "hf_token", "attempt", "command", "env", "requirements"} <= set(data)
     assert data["attempt"] == 1

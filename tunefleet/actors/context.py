@@ -38,8 +38,9 @@ class FleetSettings:
     local_runner: bool = True
     # Why the local runner did not start although asked for (no isolation to be had).
     local_runner_off: str | None = None
-    # `{advertise_url}/api/artifacts`: where workers store outputs (job_submit's
-    # upload_endpoint). Empty only in fleets built without an artifact store (unit tests).
+    # `/api/artifacts`: where workers store outputs (job_submit's upload_endpoint). A path,
+    # because SimpleTuner's agent puts its orchestrator URL in front of it; empty only in
+    # fleets built without an artifact store (unit tests).
     upload_endpoint: str = ""
 
 

@@ -56,8 +56,11 @@ class LocalRunner:
         executor: JobExecutor,
         inventory: GpuInventory,
         heartbeat_interval_s: float = 30.0,
+        orchestrator_url: str = "",
     ) -> None:
         self.fleet = fleet
+        # Put in front of job_submit's upload_endpoint (a path), as a remote agent does.
+        self.orchestrator_url = orchestrator_url
         self.executor = executor
         self.inventory = inventory
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -134,7 +137,7 @@ class LocalRunner:
     async def _run(self, data: dict[str, Any]) -> None:
         job_id = str(data["job_id"])
         # Outputs go to the artifact store as a remote agent's do (same code, same rules).
-        plan = artifact_plan(data, "")
+        plan = artifact_plan(data, self.orchestrator_url)
         spec = JobSpec(
             job_id=job_id,
             attempt=int(data.get("attempt") or 1),

@@ -127,9 +127,9 @@ def _checked_patterns(
     "--advertise-url",
     envvar="TUNEFLEET_ADVERTISE_URL",
     default=None,
-    help="The URL workers reach this orchestrator at (job_submit's upload_endpoint is "
-    "built from it; standbys name the active one's in their 503 answers); default: the "
-    "address it listens on.",
+    help="The URL this orchestrator is reached at (the local runner's trainers store "
+    "outputs through it; standbys name the active one's in their 503 answers); default: "
+    "the address it listens on.",
 )
 @click.option(
     "--artifact-store",

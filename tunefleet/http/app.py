@@ -113,7 +113,7 @@ class ServerOptions:
             reconnect_grace_s=self.reconnect_grace,
             default_max_retries=self.max_retries,
             local_runner=self.local_runner,
-            upload_endpoint=f"{self.public_url}/api/artifacts",
+            upload_endpoint="/api/artifacts",
         )
 
     @property
@@ -271,7 +271,13 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
         executor = local_executor(options, isolation)
         # Well inside the heartbeat timeout, however short an operator sets it.
         interval_s = min(30.0, options.heartbeat_timeout / 4)
-        runner = LocalRunner(fleet, executor, inventory, heartbeat_interval_s=interval_s)
+        runner = LocalRunner(
+            fleet,
+            executor,
+            inventory,
+            heartbeat_interval_s=interval_s,
+            orchestrator_url=options.public_url,
+        )
         await runner.start()
     admin_token = await ensure_admin_token(store, options.admin_token)
     app[keys.BANNER] = startup_banner(options, admin_token, isolation)
