@@ -74,6 +74,13 @@ async def test_checkpoints_go_up_while_training_and_the_outputs_after(
             "sha256": fake.sha256("checkpoint-30/state.json"),
         }
     ]
+    # The outputs manifest goes up last and lists the files outside the checkpoints.
+    assert puts[-1].split("/", 4)[4] == ".tunefleet-manifest.json", puts[-3:]
+    outputs = manifest(fake, ".tunefleet-manifest.json")
+    assert {e["key"]: e["sha256"] for e in outputs["files"]} == {
+        k: fake.sha256(k) for k in keys if "/" not in k and not k.endswith("manifest.json")
+    }
+    assert "model.json" in {e["key"] for e in outputs["files"]}
     files = [k for k in keys if not k.endswith("manifest.json")]
     assert outcome.outputs == {
         "stored": True,

@@ -245,8 +245,14 @@ class JobArtifacts:
             await self._store_checkpoint(names[0])
         if completed:
             skip = frozenset(names)
+            entries = []
             for key, path in self._files_under(self.output_dir, skip_dirs=skip):
-                await self._store_file(key, path)
+                stored = await self._store_file(key, path)
+                if stored.sha256:
+                    entries.append(_entry(stored))
+            if entries:
+                # Last: it gives files put straight into a bucket their recorded SHA-256.
+                await self._put_manifest(MANIFEST_NAME, {"files": entries}, "outputs manifest")
         return {"stored": True, "keys": self.stored_keys, "bytes": self.stored_bytes}
 
     # --- storing ------------------------------------------------------------------------
@@ -256,19 +262,20 @@ class JobArtifacts:
         entries: list[dict[str, Any]] = []
         try:
             for key, path in self._files_under(directory, prefix=name):
-                stored = await self._store_file(key, path)
-                entries.append({"key": stored.key, "size": stored.size, "sha256": stored.sha256})
+                entries.append(_entry(await self._store_file(key, path)))
         except FileNotFoundError:
             # The trainer's own retention (checkpoints_total_limit) removed it meanwhile.
             self._log.info("checkpoint vanished while it was stored", checkpoint=name)
             return
         manifest = {"checkpoint": name, "step": checkpoint_step(name), "files": entries}
-        data = json.dumps(manifest, indent=2).encode()
-        key = f"{name}/{MANIFEST_NAME}"
-        await self._retrying(lambda: self.client.put_bytes(key, data), f"manifest of {name}")
+        await self._put_manifest(f"{name}/{MANIFEST_NAME}", manifest, f"manifest of {name}")
         self.checkpoints_stored.append(name)
         size = sum(int(e["size"]) for e in entries)
         self._log.info("checkpoint stored", checkpoint=name, files=len(entries), bytes=size)
+
+    async def _put_manifest(self, key: str, manifest: dict[str, Any], what: str) -> None:
+        data = json.dumps(manifest, indent=2).encode()
+        await self._retrying(lambda: self.client.put_bytes(key, data), what)
 
     async def _store_file(self, key: str, path: Path) -> StoredObject:
         stat = await asyncio.to_thread(path.stat)
@@ -328,6 +335,10 @@ class JobArtifacts:
         if not _safe_key(key):
             return None
         return self.output_dir.joinpath(*PurePosixPath(key).parts)
+
+
+def _entry(stored: StoredObject) -> dict[str, Any]:
+    return {"key": stored.key, "size": stored.size, "sha256": stored.sha256}
 
 
 def _safe_key(key: str) -> bool:
