@@ -17,7 +17,7 @@ from executor_testkit import Recorder, executor
 
 from tests.fakes.artifact_store import TOKEN, FakeStore, manifest, start_fake_store
 from tunefleet.agent.job_artifacts import ArtifactOptions
-from tunefleet.agent.job_events import ArtifactPlan, JobSpec
+from tunefleet.agent.job_events import ArtifactPlan, JobSpec, JobStarted
 
 TRAINER = [sys.executable, "-m", "tunefleet.examples.tiny_trainer"]
 FAST = ArtifactOptions(poll_s=0.05, backoff_base_s=0.01, backoff_max_s=0.05)
@@ -110,6 +110,9 @@ async def test_a_retried_attempt_resumes_from_the_stored_checkpoint(
     assert progress_steps(tmp_path, 2) == [21, 22, 23, 24, 25]
     config = json.loads((tmp_path / "work/jobs/j_1/attempt-2/config.json").read_text())
     assert config["resume_from_checkpoint"] == "latest"
+    # The start says what it resumed from: the agent's running report carries it.
+    started = [e for e in rec.events if isinstance(e, JobStarted)]
+    assert [e.resumed_from for e in started] == ["checkpoint-20"]
     assert any("restored checkpoint-20" in line for line in rec.texts("stdout"))
     later_puts = [p for m, p in fake.requests[requests_before:] if m == "PUT"]
     assert not any("/checkpoint-20/" in p for p in later_puts)  # restored: not sent back
@@ -148,6 +151,8 @@ async def test_an_incomplete_stored_checkpoint_means_a_fresh_start(
     assert outcome.status == "completed"
     assert progress_steps(tmp_path, 1) == [1, 2, 3]
     assert any("incomplete" in line for line in rec.texts("stdout"))
+    # A fresh start claims no resume (the timeline must not say "resumed from").
+    assert [e.resumed_from for e in rec.events if isinstance(e, JobStarted)] == [None]
 
 
 async def test_outputs_wait_out_a_store_outage_before_completed(

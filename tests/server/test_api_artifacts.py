@@ -341,11 +341,24 @@ async def test_a_retry_is_told_the_newest_checkpoint_and_may_read_it(server: Ser
     )
     assert resp.status == 206 and await resp.read() == b"200"
 
+    # Acknowledged is not resumed: the download may still fail and the trainer start fresh.
+    assert "resumed from checkpoint-200" not in await timeline(server, first.job_id)
+    report = await w2.report(first.job_id, "running", attempt=2, resumed_from="checkpoint-200")
+    assert report.status == 200
+
     async def resumed() -> list[str] | None:
         lines = await timeline(server, first.job_id)
         return lines if "resumed from checkpoint-200" in lines else None
 
     await eventually(resumed, "the resume on the timeline")
+
+
+async def test_a_resume_report_must_name_a_checkpoint(server: Server) -> None:
+    worker = await server.connected_worker()
+    event = await dispatched(server, worker)
+    resp = await worker.report(event["job_id"], "running", resumed_from="../etc")
+    assert resp.status == 400
+    assert "resumed_from" in (await resp.json())["detail"]
 
 
 # --- people's side ------------------------------------------------------------------------

@@ -200,6 +200,8 @@ class JobActor(JobFsmMixin, Actor):
         word = msg.status
         if self.state == JobState.DISPATCHED:
             await self._acknowledge(now)
+        if msg.resumed_from is not None and word in _RUNNING_WORDS:
+            await self._record_resume(msg.resumed_from, now)
         if msg.progress:
             self.rec.progress = {**(self.rec.progress or {}), **msg.progress}
         if word in _RUNNING_WORDS:
@@ -235,22 +237,22 @@ class JobActor(JobFsmMixin, Actor):
         if self.worker_id and (worker := self.ctx.workers.get(self.worker_id)) is not None:
             worker.tell(m.JobAcknowledged(self.job_id))
         self.arm_run_timer(elapsed_s=0.0)
-        if self.resume_checkpoint is not None:
-            await self.ctx.persistence.store.append_job_event(
-                self.job_id,
-                "resumed",
-                worker_id=self.worker_id,
-                attempt=self.attempts,
-                detail={
-                    "message": f"resumed from {self.resume_checkpoint}",
-                    "checkpoint": self.resume_checkpoint,
-                },
-                at=now,
-            )
         if self.stop_reason is not None and self.worker_id:
             # Cancelled while dispatched: the agent has it now, so tell it again.
             self._tell_worker(m.PushCancel(self.job_id, self.stop_reason))
         self._publish()
+
+    async def _record_resume(self, checkpoint: str, now: float) -> None:
+        """On the worker's word, once it has restored the checkpoint (not at the
+        acknowledgement: the download may fail and the trainer start fresh)."""
+        await self.ctx.persistence.store.append_job_event(
+            self.job_id,
+            "resumed",
+            worker_id=self.worker_id,
+            attempt=self.attempts,
+            detail={"message": f"resumed from {checkpoint}", "checkpoint": checkpoint},
+            at=now,
+        )
 
     async def _finish_from_report(self, word: str, error: str | None, now: float) -> None:
         if word == "completed":

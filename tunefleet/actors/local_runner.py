@@ -22,6 +22,7 @@ from tunefleet.agent.executor import (
     JobExecutor,
     JobOutcome,
     JobSpec,
+    JobStarted,
     LogBatch,
     ProgressReported,
 )
@@ -152,7 +153,9 @@ class LocalRunner:
             await self._report(job_id, "starting", None, None)
 
             async def on_event(ev: object) -> None:
-                if isinstance(ev, ProgressReported):
+                if isinstance(ev, JobStarted) and ev.resumed_from is not None:
+                    await self._report(job_id, "running", None, None, resumed_from=ev.resumed_from)
+                elif isinstance(ev, ProgressReported):
                     self._progress = ev.progress
                     await self._report(job_id, "running", ev.progress, None)
                 elif isinstance(ev, LogBatch):
@@ -191,8 +194,15 @@ class LocalRunner:
         progress: dict[str, Any] | None,
         error: str | None,
         outputs: dict[str, Any] | None = None,
+        resumed_from: str | None = None,
     ) -> None:
         report = m.StatusReported(
-            LOCAL_WORKER_ID, status, progress, error, self._attempt, outputs=outputs
+            LOCAL_WORKER_ID,
+            status,
+            progress,
+            error,
+            self._attempt,
+            outputs=outputs,
+            resumed_from=resumed_from,
         )
         await self.fleet.report_status(LOCAL_WORKER_ID, job_id, report)

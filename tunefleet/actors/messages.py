@@ -157,6 +157,8 @@ class StatusReported:
     # A `completed` report's word on the outputs: {"stored": true, "keys", "bytes"} or
     # {"stored": false, "reason"} (tunefleet's agent; SimpleTuner's sends none).
     outputs: dict[str, Any] | None = None
+    # The stored checkpoint the trainer started from (tunefleet's agent, once restored).
+    resumed_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -362,7 +362,8 @@ class _Attempt:
             return JobOutcome("failed", None, message, capture.tail)
         self._proc = proc
         self._log.info("job started", pid=proc.pid, argv=argv, job_dir=str(files.job_dir))
-        self._forwarder.send(JobStarted(proc.pid, files.job_dir))
+        restored = artifacts.restored if artifacts is not None else None
+        self._forwarder.send(JobStarted(proc.pid, files.job_dir, restored))
         if artifacts is not None:
             artifacts.start_watching()
         if self.cancel_reason is not None:

@@ -144,6 +144,7 @@ class JobArtifacts:
         self.stored_keys = 0
         self.stored_bytes = 0
         self.checkpoints_stored: list[str] = []
+        self.restored: str | None = None  # the checkpoint the trainer resumes from
         self.refused: UploadRefused | None = None
         self._files: dict[str, tuple[int, int]] = {}  # key -> (size, mtime_ns) as stored
         self._sha: dict[str, str] = {}
@@ -184,6 +185,7 @@ class JobArtifacts:
             return None
         total = sum(o.size for o in files)
         self.checkpoints_stored.append(name)
+        self.restored = name
         self.note(f"restored {name} from the artifact store ({len(files)} files, {total} bytes)")
         return name
 

@@ -41,6 +41,7 @@ class JobSpec:
 class JobStarted:
     pid: int
     job_dir: Path
+    resumed_from: str | None = None  # the stored checkpoint restored for the trainer
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,7 +258,12 @@ class JobSlot:
                 return  # abandoned, or a straggler after the outcome: nothing to report
             if isinstance(event, JobStarted):
                 log.info("job process started", job_id=job.job_id, pid=event.pid)
-                self.outbox.add_status(job.job_id, "running", attempt=job.spec.attempt)
+                self.outbox.add_status(
+                    job.job_id,
+                    "running",
+                    attempt=job.spec.attempt,
+                    resumed_from=event.resumed_from,
+                )
             elif isinstance(event, ProgressReported):
                 job.progress = event.progress
                 self.outbox.add_progress(job.job_id, event.progress, attempt=job.spec.attempt)

@@ -85,8 +85,11 @@ class Outbox:
         progress: dict[str, Any] | None = None,
         error: str | None = None,
         outputs: dict[str, Any] | None = None,
+        resumed_from: str | None = None,
     ) -> None:
         body: dict[str, Any] = {"status": status, "progress": progress, "error": error}
+        if resumed_from is not None:
+            body["resumed_from"] = resumed_from  # the checkpoint the trainer started from
         if attempt is not None:
             body["attempt"] = attempt
         if outputs is not None:

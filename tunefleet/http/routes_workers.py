@@ -184,6 +184,7 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
                 body.error,
                 body.attempt,
                 body.outputs.model_dump() if body.outputs is not None else None,
+                body.resumed_from,
             ),
         )
     except Forbidden:

@@ -165,6 +165,13 @@ class JobStatusRequest(RequestModel):
     attempt: int | None = Field(default=None, ge=1, le=10_000)
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
     outputs: OutputsReport | None = None
+    resumed_from: (
+        Annotated[str, Field(pattern=r"^checkpoint-[0-9]{1,12}$", max_length=24)] | None
+    ) = Field(
+        default=None,
+        description="The stored checkpoint the trainer was started from (tunefleet's agent "
+        "sends it once it has restored one); the timeline shows it",
+    )
 
 
 class LogLine(RequestModel):
