@@ -290,6 +290,20 @@ async def test_an_allowed_command_runs(tmp_path: Path) -> None:
     assert outcome.status == "completed" and rec.texts("stdout") == ["allowed"]
 
 
+async def test_the_trainer_does_not_get_the_agents_worker_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIMPLETUNER_WORKER_TOKEN", "wt_secret")
+    monkeypatch.setenv("KEPT", "yes")
+    rec = Recorder()
+    show = (
+        "import os; print(os.environ.get('SIMPLETUNER_WORKER_TOKEN', 'unset'), os.environ['KEPT'])"
+    )
+    outcome = await executor(tmp_path).run(spec(["python", "-c", show]), rec)
+    assert outcome.status == "completed"
+    assert rec.texts("stdout") == ["unset yes"]
+
+
 async def test_a_base_environment_replaces_the_agents_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

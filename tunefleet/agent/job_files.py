@@ -168,6 +168,11 @@ def resolve_command(command: Sequence[str] | str | None, default: Sequence[str])
     return argv
 
 
+# The agent's own credential is not the job's: a trainer holding it could act as its
+# worker (take other jobs, report on them). The job's `env` may still set the name.
+AGENT_CREDENTIALS_ENV = ("SIMPLETUNER_WORKER_TOKEN",)
+
+
 def job_environment(
     files: JobFiles,
     job_id: str,
@@ -177,11 +182,14 @@ def job_environment(
     base: Mapping[str, str] | None = None,
     run_as: RunAs | None = None,
 ) -> dict[str, str]:
-    """The agent's environment (or ``base``), then the job's `env`, then tunefleet's own
+    """The agent's environment (or ``base``) less the agent's credential, then the job's
+    `env`, then tunefleet's own
     variables. tunefleet's variables come last because the trainer relies on them being
     true. A trainer run as another user gets that user's name and the job directory as
     its home (the agent's home is not its to read)."""
     env = dict(os.environ if base is None else base)
+    for name in AGENT_CREDENTIALS_ENV:
+        env.pop(name, None)
     if run_as is not None:
         env.update({"USER": run_as.name, "LOGNAME": run_as.name, "HOME": str(files.job_dir)})
     env.setdefault("PYTHONUNBUFFERED", "1")  # progress and logs arrive as they happen
