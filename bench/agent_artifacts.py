@@ -26,15 +26,14 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from bench import Row, row
-from bench.artifact_upload import _api
 from bench.fleet_common import machine_note, pick
 from bench.orchestrator_proc import Orchestrator
+from bench.simulated_worker import api, first_worker_takes
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_BYTES: int = pick(2 * 1024**3, 256 * 1024**2)
@@ -76,45 +75,6 @@ def run() -> list[Row]:
     ]  # fmt: skip
 
 
-# --- a simulated first worker -------------------------------------------------------------
-
-
-def _first_worker_takes(orch: Orchestrator, name: str, config: dict[str, Any]) -> dict[str, Any]:
-    """A simulated worker takes a new job and says it runs; its job_submit (with the
-    upload endpoint and token) is returned, with its worker token."""
-    created = _api(orch, "POST", "/api/admin/workers", {"name": name})
-    token, worker_id = created["token"], created["worker_id"]
-    register = {"name": name, "gpu_count": 0, "persistent": True}
-    _api(orch, "POST", "/api/workers/register", register, token)
-    stream = urllib.request.urlopen(
-        urllib.request.Request(
-            f"http://127.0.0.1:{orch.port}/api/workers/stream?worker_id={worker_id}",
-            headers={"X-Worker-Token": token},
-        ),
-        timeout=30,
-    )
-    try:
-        job = _api(orch, "POST", "/api/queue/submit", {"config": config, "target": "worker"})
-        for raw in stream:
-            line = raw.decode().strip()
-            if line.startswith("data: ") and '"job_submit"' in line:
-                event: dict[str, Any] = json.loads(line[6:])
-                if event["job_id"] == job["job_id"]:
-                    status = {"status": "running", "attempt": event["attempt"]}
-                    _api(orch, "POST", f"/api/workers/job/{job['job_id']}/status", status, token)
-                    # The endpoint is a path: put the orchestrator URL in front, as agents do.
-                    endpoint = f"http://127.0.0.1:{orch.port}{event['upload_endpoint']}"
-                    return {
-                        **event,
-                        "upload_endpoint": endpoint,
-                        "worker_token": token,
-                        "worker_id": worker_id,
-                    }
-    finally:
-        stream.close()  # a closed stream takes no dispatch: the retry goes elsewhere
-    raise RuntimeError(f"{name}: the stream ended before the job_submit: {orch.log_tail()}")
-
-
 def _checkpoint_files(directory: Path) -> Path:
     """checkpoint-100/ of the tiny trainer, made 1 GiB by its padding.bin."""
     ckpt = directory / "checkpoint-100"
@@ -149,7 +109,7 @@ async def _store_checkpoint(event: dict[str, Any], ckpt: Path) -> None:
 
 
 def _measure_upload(orch: Orchestrator, base: Path) -> dict[str, Any]:
-    event = _first_worker_takes(orch, "bench-uploader", {"x": 1})
+    event = first_worker_takes(orch, "bench-uploader", {"x": 1})
     source = base / "upload.bin"
     block = os.urandom(1024 * 1024)
     with source.open("wb") as handle:
@@ -165,25 +125,23 @@ def _measure_upload(orch: Orchestrator, base: Path) -> dict[str, Any]:
     finally:
         source.unlink(missing_ok=True)
     finished = {"status": "completed", "attempt": event["attempt"]}
-    _api(
-        orch, "POST", f"/api/workers/job/{event['job_id']}/status", finished, event["worker_token"]
-    )
+    api(orch, "POST", f"/api/workers/job/{event['job_id']}/status", finished, event["worker_token"])
     if done.returncode != 0:
         raise RuntimeError(f"the uploader failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def _measure_dispatch_to_start(orch: Orchestrator, base: Path, n: int, ckpt: Path | None) -> float:
-    event = _first_worker_takes(orch, f"bench-first-{n}", TRAINER_CONFIG)
+    event = first_worker_takes(orch, f"bench-first-{n}", TRAINER_CONFIG)
     job_id, first_token = event["job_id"], event["worker_token"]
     if ckpt is not None:
         asyncio.run(_store_checkpoint(event, ckpt))
     # The first worker goes away mid-run: the job is queued again, for the real agent.
     gone = {"worker_id": event["worker_id"], "reason": "bench: the spot instance was reclaimed"}
-    _api(orch, "POST", "/api/workers/disconnect", gone, first_token)
+    api(orch, "POST", "/api/workers/disconnect", gone, first_token)
     # Ephemeral (the admin's worker_type rules the agent): it exits once its job is reported.
     worker = {"name": f"bench-agent-{n}", "worker_type": "ephemeral"}
-    created = _api(orch, "POST", "/api/admin/workers", worker)
+    created = api(orch, "POST", "/api/admin/workers", worker)
     work = base / f"agent-{n}"
     env = {**os.environ, "SIMPLETUNER_ORCHESTRATOR_URL": f"http://127.0.0.1:{orch.port}",
            "SIMPLETUNER_WORKER_TOKEN": created["token"]}  # fmt: skip
@@ -195,7 +153,7 @@ def _measure_dispatch_to_start(orch: Orchestrator, base: Path, n: int, ckpt: Pat
     log_path = base / f"agent-{n}.log"
     try:
         started = _wait_trainer_started(log_path, timeout_s=300)
-        _api(orch, "POST", f"/api/queue/{job_id}/cancel", {})
+        api(orch, "POST", f"/api/queue/{job_id}/cancel", {})
         agent.wait(timeout=60)  # ephemeral: gone once its job is reported
     finally:
         if agent.poll() is None:
@@ -207,7 +165,7 @@ def _measure_dispatch_to_start(orch: Orchestrator, base: Path, n: int, ckpt: Pat
         raise RuntimeError(
             f"the retry did not restore checkpoint-100: {_read(base, log_path.name)}"
         )
-    job = _api(orch, "GET", f"/api/queue/{job_id}")
+    job = api(orch, "GET", f"/api/queue/{job_id}")
     dispatched = [a["dispatched_at"] for a in job["attempt_history"] if a["number"] >= 2]
     return started - _seconds(dispatched[-1])
 

@@ -10,12 +10,10 @@ machine and takes a share of the CPUs, which the note says.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,8 @@ import aiohttp
 
 from bench import Row, row
 from bench.fleet_common import machine_note, pick
-from bench.orchestrator_proc import ADMIN_TOKEN, Orchestrator, proc_cpu_s, proc_rss_bytes
+from bench.orchestrator_proc import Orchestrator, proc_cpu_s, proc_rss_bytes
+from bench.simulated_worker import first_worker_takes
 
 SIZE: int = pick(2 * 1024**3, 256 * 1024**2)
 RUNS: int = pick(3, 1)
@@ -36,7 +35,7 @@ def run() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="tunefleet-bench-artifacts-") as tmp:
         orch = Orchestrator(Path(tmp) / "data").start()
         try:
-            event = _dispatched_job(orch)
+            event = first_worker_takes(orch, "bench-uploader", {"x": 1})
             results = [asyncio.run(_upload_once(orch, event, n)) for n in range(RUNS)]
         finally:
             orch.stop()
@@ -55,48 +54,6 @@ def run() -> list[Row]:
             f"peak over the RSS before the upload; server {server_cpu:.0%} of a CPU",
         ),
     ]
-
-
-def _api(orch: Orchestrator, method: str, path: str, body: Any = None, token: str = "") -> Any:
-    headers = {"Content-Type": "application/json"}
-    if token.startswith("wt_"):
-        headers["X-Worker-Token"] = token
-    else:
-        headers["Authorization"] = f"Bearer {ADMIN_TOKEN}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{orch.port}{path}", data=data, method=method, headers=headers
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        return json.loads(resp.read())
-
-
-def _dispatched_job(orch: Orchestrator) -> dict[str, Any]:
-    """A worker takes a job; its job_submit carries the upload endpoint and token."""
-    created = _api(orch, "POST", "/api/admin/workers", {"name": "bench-uploader"})
-    token, worker_id = created["token"], created["worker_id"]
-    register = {"name": "bench-uploader", "gpu_count": 0, "persistent": True}
-    _api(orch, "POST", "/api/workers/register", register, token)
-    stream = urllib.request.urlopen(
-        urllib.request.Request(
-            f"http://127.0.0.1:{orch.port}/api/workers/stream?worker_id={worker_id}",
-            headers={"X-Worker-Token": token},
-        ),
-        timeout=30,
-    )
-    try:
-        job = _api(orch, "POST", "/api/queue/submit", {"config": {"x": 1}, "target": "worker"})
-        for raw in stream:
-            line = raw.decode().strip()
-            if line.startswith("data: ") and '"job_submit"' in line:
-                event: dict[str, Any] = json.loads(line[6:])
-                if event["job_id"] == job["job_id"]:
-                    status = {"status": "running", "attempt": event["attempt"]}
-                    _api(orch, "POST", f"/api/workers/job/{job['job_id']}/status", status, token)
-                    return event
-    finally:
-        stream.close()
-    raise RuntimeError("the stream ended before the job_submit")
 
 
 async def _body() -> AsyncIterator[bytes]:
@@ -120,8 +77,7 @@ async def _upload_once(orch: Orchestrator, event: dict[str, Any], n: int) -> dic
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    # The endpoint is a path: the orchestrator URL goes in front, as agents put it.
-    url = f"http://127.0.0.1:{orch.port}{event['upload_endpoint']}/bench/model-{n}.safetensors"
+    url = f"{event['upload_endpoint']}/bench/model-{n}.safetensors"
     headers = {"X-Upload-Token": event["upload_token"], "Content-Length": str(SIZE)}
     cpu_before, started = proc_cpu_s(pid), time.perf_counter()
     try:
