@@ -154,6 +154,45 @@ async def test_a_put_is_stored_on_disk_with_its_checksum_and_audited(server: Ser
     assert up.token not in json.dumps(events)
 
 
+async def test_two_puts_of_one_key_leave_the_record_and_the_file_agreeing(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first upload's record is held back until the second has had every chance to
+    rename its file over the first's: the record must still describe the file on disk."""
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    first, second = b"first" * 50_000, b"second" * 50_000
+    path = server.data_dir / "artifacts" / "jobs" / up.job_id / "model.bin"
+    records = server.store.artifacts
+    record = records.put
+    held: list[bool] = []
+
+    async def late_first_record(*args: Any, **kwargs: Any) -> Any:
+        if not held:
+            held.append(True)
+            for _ in range(100):  # until the second file replaces ours, or 2 s
+                if path.read_bytes() == second:
+                    break
+                await asyncio.sleep(0.02)
+        return await record(*args, **kwargs)
+
+    monkeypatch.setattr(records, "put", late_first_record)
+    one = asyncio.ensure_future(up.put("model.bin", first))
+    for _ in range(500):
+        if held:
+            break
+        await asyncio.sleep(0.01)
+    assert held, "the first upload never reached its record"
+    two = asyncio.ensure_future(up.put("model.bin", second))
+    answers = await asyncio.gather(one, two)
+    assert [a.status for a in answers] == [200, 200]
+    listed = await server.ok("GET", f"/api/queue/{up.job_id}/artifacts")
+    [entry] = [o for o in listed["artifacts"] if o["key"] == "model.bin"]
+    on_disk = path.read_bytes()
+    assert entry["sha256"] == hashlib.sha256(on_disk).hexdigest()
+    assert entry["size"] == len(on_disk)
+
+
 async def test_a_checksum_header_that_disagrees_stores_nothing(server: Server) -> None:
     worker = await server.connected_worker()
     up = Uploader(server, await dispatched(server, worker))

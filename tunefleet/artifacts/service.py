@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,8 @@ class Artifacts:
         # what it left unfinished is aborted (a set lookup for every other job's end).
         self._multipart_jobs: set[str] = set()
         self._sweeps: set[asyncio.Task[None]] = set()
+        # Writes of one key, one at a time (lock, writers waiting or holding it).
+        self._writers: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
 
     # --- who is uploading ---------------------------------------------------------------
 
@@ -81,6 +84,22 @@ class Artifacts:
         return UploadScope(scope.job_id, scope.attempt)
 
     # --- writes -------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def writing(self, job_id: str, key: str) -> AsyncIterator[None]:
+        """Hold while storing one key and recording it: two uploads of the same key are
+        taken one after the other, so the record always describes the bytes that won the
+        rename (never one upload's checksum over the other's file)."""
+        slot = (job_id, key)
+        lock, users = self._writers.setdefault(slot, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._writers[slot]
 
     async def start_multipart(self, scope: UploadScope, key: str) -> str:
         upload_id = uuid.uuid4().hex

@@ -139,10 +139,12 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
         return web.json_response({"etag": part.etag}, headers={"ETag": f'"{part.etag}"'})
     if is_manifest(key):
         data = await read_body(request, MAX_MANIFEST_BYTES)
-        row = await artifacts.put_manifest(scope, key, data, request.remote)
+        async with artifacts.writing(scope.job_id, key):
+            row = await artifacts.put_manifest(scope, key, data, request.remote)
     else:
-        obj = await store.put(scope.job_id, key, request.content.iter_any(), checks)
-        row = await artifacts.stored(scope, key, obj, request.remote)
+        async with artifacts.writing(scope.job_id, key):
+            obj = await store.put(scope.job_id, key, request.content.iter_any(), checks)
+            row = await artifacts.stored(scope, key, obj, request.remote)
     body = {"key": row.key, "size": row.size, "sha256": row.sha256}
     return web.json_response(body, headers={"ETag": f'"{row.sha256}"'})
 
@@ -165,9 +167,10 @@ async def artifact_multipart(request: web.Request) -> web.StreamResponse:
     backend_id, _ = await _multipart(artifacts, scope, key, upload_id)
     body = await parse_body(request, CompleteMultipart)
     parts = sorted((p.part_number, p.etag) for p in body.parts)
-    obj = await store.complete_multipart(scope.job_id, key, upload_id, backend_id, parts)
-    await artifacts.records.drop_multipart(upload_id)
-    row = await artifacts.stored(scope, key, obj, request.remote)
+    async with artifacts.writing(scope.job_id, key):
+        obj = await store.complete_multipart(scope.job_id, key, upload_id, backend_id, parts)
+        await artifacts.records.drop_multipart(upload_id)
+        row = await artifacts.stored(scope, key, obj, request.remote)
     return web.json_response({"key": row.key, "size": row.size, "sha256": row.sha256})
 
 
