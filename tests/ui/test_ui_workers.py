@@ -89,6 +89,9 @@ def test_admin_creates_connects_drains_resumes_rotates_and_deletes_a_worker(
     except AssertionError as error:
         raise AssertionError(f"{error}\nagent log:\n{agent.log()[-3000:]}") from None
     expect(row).to_contain_text("just now")
+    # Its agent agrees with the admin (same name, persistent): nothing to warn about.
+    expect(row.locator(".worker-warnings")).to_have_count(0)
+    expect(row.locator(".agent-name")).to_have_count(0)
 
     row.get_by_role("button", name=f"Drain {name}").click()
     page.get_by_role("dialog").get_by_role("button", name="Drain", exact=True).click()
@@ -216,4 +219,27 @@ def _check_departed_worker_is_shown(
     raw.close()  # its status stays idle until the heartbeat timeout, unconnected
     expect(row.locator(".not-connected")).to_have_text("not connected", timeout=10_000)
     expect(row.locator(".badge")).to_have_text("idle")
+    assert problems.unexpected() == []
+
+
+def test_an_agent_that_disagrees_with_the_admin_is_named_and_warned_about(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    name = unique("ui-typed")
+    created = orchestrator.create_worker(name, worker_type="ephemeral")
+    # Its agent calls itself otherwise and was started persistent.
+    raw = RawStreamWorker(
+        orchestrator.url, created["token"], created["worker_id"], name=f"{name}-laptop"
+    )
+    raw.register()
+    sign_in(page, orchestrator)
+    row = page.locator("#workers-table tbody tr", has_text=created["worker_id"])
+    expect(row.locator(".cell-title")).to_have_text(name)  # the admin's name is in force
+    expect(row.locator(".agent-name")).to_have_text(f"agent: {name}-laptop")
+    warnings = row.get_by_role("list", name=f"Warnings about {name}").get_by_role("listitem")
+    expect(warnings).to_have_count(2)
+    expect(warnings.nth(0)).to_contain_text(
+        "worker_type is ephemeral but its agent was started persistent"
+    )
+    expect(warnings.nth(1)).to_contain_text(f"the agent calls itself '{name}-laptop'")
     assert problems.unexpected() == []

@@ -54,6 +54,23 @@ function gpuCell(w) {
       : null);
 }
 
+/** The name, id and host; the agent's own name where it differs from the admin's, and
+ * each setting of the agent that disagrees with the admin's (the admin's is in force). */
+function workerCell(w) {
+  const warnings = w.warnings || [];
+  return h('div', {},
+    h('div', { class: 'cell-title' }, w.name),
+    h('div', { class: 'cell-sub' }, w.worker_id),
+    w.hostname && w.hostname !== w.name ? h('div', { class: 'cell-sub', title: 'host name' }, w.hostname) : null,
+    w.agent_name && w.agent_name !== w.name
+      ? h('div', { class: 'cell-sub agent-name', title: 'the name its agent registered with' }, `agent: ${w.agent_name}`)
+      : null,
+    warnings.length
+      ? h('ul', { class: 'worker-warnings', 'aria-label': `Warnings about ${w.name}` },
+        warnings.map((text) => h('li', {}, text)))
+      : null);
+}
+
 function jobCell(w) {
   if (!w.current_job_id) return h('span', { class: 'faint' }, '—');
   const pct = percentOf(w.job_progress);
@@ -113,11 +130,8 @@ export function mount(main) {
   const now = () => Date.now();
   const rows = new KeyedRows(tbody, [
     {
-      label: 'Worker', sig: (w) => `${w.name}|${w.hostname}|${w.is_local}`,
-      render: (w) => h('div', {},
-        h('div', { class: 'cell-title' }, w.name),
-        h('div', { class: 'cell-sub' }, w.worker_id),
-        w.hostname && w.hostname !== w.name ? h('div', { class: 'cell-sub', title: 'host name' }, w.hostname) : null),
+      label: 'Worker', sig: (w) => JSON.stringify([w.name, w.hostname, w.is_local, w.agent_name, w.warnings]),
+      render: workerCell,
     },
     {
       label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}|${w.connected}`,
