@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -80,6 +82,42 @@ async def test_a_failing_body_leaves_no_temporary_file(tmp_path: Path) -> None:
         await store.put("j_1", "m.bin", broken(), Checks())
     assert tmp_files(store) == []
     assert not (tmp_path / "artifacts/jobs/j_1/m.bin").exists()
+
+
+def leftover(path: Path, size: int, age_s: float = 0.0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    if age_s:
+        then = path.stat().st_mtime - age_s
+        os.utime(path, (then, then))
+    return path
+
+
+async def test_the_sweep_removes_only_what_an_earlier_process_left(tmp_path: Path) -> None:
+    root = tmp_path / "artifacts"
+    crashed = leftover(root / ".tmp/crashed", 1000, age_s=60)
+    crashed_part = leftover(root / ".multipart/open1/00002.abc.tmp", 300, age_s=60)
+    stored_part = leftover(root / ".multipart/open1/00001", 500, age_s=60)
+    orphan = leftover(root / ".multipart/nobody/00001", 200, age_s=60)
+    os.utime(orphan.parent, (orphan.stat().st_mtime, orphan.stat().st_mtime))
+    store = LocalStore(root)
+    await asyncio.sleep(0.05)  # what follows is this process's own
+    live = leftover(root / ".tmp/live-upload", 7)
+    live_part = leftover(root / ".multipart/open1/00003.def.tmp", 9)
+
+    assert await store.sweep_leftovers({"open1"}) == (3, 1500)
+    assert not crashed.exists() and not crashed_part.exists() and not orphan.parent.exists()
+    assert stored_part.exists(), "a stored part of an open upload is kept"
+    assert live.exists() and live_part.exists(), "a live upload's files are kept"
+    assert await store.sweep_leftovers({"open1"}) == (0, 0)
+
+
+async def test_a_part_folder_being_started_now_is_kept(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "artifacts")
+    await asyncio.sleep(0.05)
+    await store.start_multipart("j_1", "big.bin", "fresh")  # its record comes next
+    assert await store.sweep_leftovers(set()) == (0, 0)
+    assert (tmp_path / "artifacts/.multipart/fresh").is_dir()
 
 
 async def test_delete_prefix_removes_one_checkpoint_or_the_whole_job(tmp_path: Path) -> None:

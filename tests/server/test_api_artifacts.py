@@ -8,6 +8,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -570,3 +571,21 @@ async def test_an_ended_jobs_unfinished_uploads_are_aborted(server: Server) -> N
         return True if gone else None
 
     await eventually(swept, "the unfinished upload to be aborted")
+
+
+async def test_at_start_a_crashs_leftover_temporary_files_are_removed(make_server: Any) -> None:
+    first = await make_server()
+    await first.client.close()
+    tmp = first.data_dir / "artifacts" / ".tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    crashed = tmp / "3f2a"
+    crashed.write_bytes(b"half an object")
+    then = crashed.stat().st_mtime - 60
+    os.utime(crashed, (then, then))
+    server = await make_server()
+
+    async def swept() -> bool | None:
+        return True if not crashed.exists() else None
+
+    await eventually(swept, "the crash's temporary file to be removed")
+    assert (await server.client.get("/healthz")).status == 200

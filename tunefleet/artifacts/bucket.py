@@ -188,3 +188,8 @@ class BucketStore:
             Key=self._object(job_id, key),
             UploadId=backend_id,
         )
+
+    async def sweep_leftovers(self, open_uploads: set[str]) -> tuple[int, int]:
+        # Nothing is staged here: the bucket writes whole objects, and its unfinished
+        # multipart uploads are aborted through their records (Artifacts.tidy).
+        return 0, 0

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -94,6 +95,8 @@ class LocalStore:
         self.describe = f"the data directory ({root})"
         self._tmp = root / ".tmp"
         self._parts = root / ".multipart"
+        # What is older than this was left by an earlier process (no live upload's).
+        self._opened_at = time.time()
 
     # --- paths ----------------------------------------------------------------------------
 
@@ -250,6 +253,38 @@ class LocalStore:
     ) -> None:
         await asyncio.to_thread(shutil.rmtree, self._parts / upload_id, True)
 
+    # --- after a crash ---------------------------------------------------------------------
+
+    async def sweep_leftovers(self, open_uploads: set[str]) -> tuple[int, int]:
+        return await asyncio.to_thread(self._sweep, open_uploads)
+
+    def _sweep(self, open_uploads: set[str]) -> tuple[int, int]:
+        files = freed = 0
+
+        def remove(path: Path) -> None:
+            nonlocal files, freed
+            with contextlib.suppress(OSError):
+                info = path.stat()
+                if info.st_mtime < self._opened_at:
+                    path.unlink()
+                    files += 1
+                    freed += info.st_size
+
+        for path in _files_in(self._tmp):
+            remove(path)  # whole objects a crash stopped before their rename
+        for folder in _folders_in(self._parts):
+            if folder.name in open_uploads:
+                for path in folder.glob("*.tmp"):
+                    remove(path)  # a part a crash stopped before its rename
+                continue
+            with contextlib.suppress(OSError):
+                if folder.stat().st_mtime >= self._opened_at:
+                    continue  # being started right now (its record comes next)
+                for path in _files_in(folder):
+                    remove(path)  # an upload with no record: nothing can complete it
+                folder.rmdir()  # only once empty: a newer file keeps it
+        return files, freed
+
     # --- the write path -------------------------------------------------------------------
 
     async def _fill(self, path: Path, body: ByteSource, checks: Checks) -> _Sink:
@@ -312,6 +347,18 @@ class LocalStore:
                     "stored was lost: free space (or delete old jobs' artifacts) and retry"
                 ) from None
             raise
+
+
+def _files_in(folder: Path) -> list[Path]:
+    with contextlib.suppress(OSError):
+        return [p for p in folder.iterdir() if p.is_file()]
+    return []
+
+
+def _folders_in(folder: Path) -> list[Path]:
+    with contextlib.suppress(OSError):
+        return [p for p in folder.iterdir() if p.is_dir()]
+    return []
 
 
 def _verify(sink: _Sink, checks: Checks) -> None:

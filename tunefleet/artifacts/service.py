@@ -126,6 +126,34 @@ class Artifacts:
             except Exception:
                 log.exception("could not abort an unfinished upload", job_id=job_id)
 
+    def start_tidying(self) -> None:
+        """Run `tidy` in the background: a slow or unreachable bucket must not hold up
+        the start."""
+
+        async def tidy() -> None:
+            try:
+                await self.tidy()
+            except Exception:
+                log.exception("could not tidy the artifact store; tried again next start")
+
+        task = asyncio.create_task(tidy(), name="tidy-artifacts")
+        self._sweeps.add(task)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def close(self) -> None:
+        """Stop the background aborts and sweeps (what they left is tidied next start)."""
+        for task in list(self._sweeps):
+            task.cancel()
+        await asyncio.gather(*self._sweeps, return_exceptions=True)
+
+    async def tidy(self) -> None:
+        """At start (or on taking over): remove the temporary files a crash left behind
+        (never those of an upload still open)."""
+        still_open = {upload.id for upload, _owner in await self.records.every_multipart()}
+        files, freed = await self.store.sweep_leftovers(still_open)
+        if files:
+            log.info("artifact store tidied", leftover_files=files, bytes_freed=freed)
+
     async def stored(
         self, scope: UploadScope, key: str, obj: StoredObject, client: str | None
     ) -> ArtifactRow:

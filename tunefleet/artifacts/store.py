@@ -148,3 +148,8 @@ class ArtifactStore(Protocol):
     async def abort_multipart(
         self, job_id: str, key: str, upload_id: str, backend_id: str | None
     ) -> None: ...
+
+    async def sweep_leftovers(self, open_uploads: set[str]) -> tuple[int, int]:
+        """At start: remove what a crash left behind (temporary files older than the
+        store's opening, parts of uploads not in `open_uploads`); returns (files, bytes)."""
+        ...

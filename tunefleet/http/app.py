@@ -223,6 +223,8 @@ class _RunningFleet:
         if self.runner is not None:
             await self.runner.stop()
         await self.fleet.stop()
+        if self.fleet.ctx.artifacts is not None:
+            await self.fleet.ctx.artifacts.close()
         await self.audit.close()
         self.probe.close()
 
@@ -258,6 +260,7 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
         options.keep_checkpoints,
     )
     ctx.artifacts = artifacts
+    artifacts.start_tidying()
     app[keys.ARTIFACTS] = artifacts
     fleet = Fleet(ctx)
     probe = GpuProbe()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import peewee as pw
 
@@ -193,6 +194,21 @@ class ArtifactRepo:
     def drop_multipart(self, upload_id: str) -> None:
         MultipartUpload.delete().where(MultipartUpload.id == upload_id).execute()
 
+    def every_multipart(self) -> list[tuple[MultipartRow, TokenScope]]:
+        """Every unfinished upload, with the state of the attempt that started it."""
+        m = MultipartUpload
+        query: Any = (
+            m.select(m.id, m.job, m.key, m.attempt, m.backend_id, m.created_at)
+            .select_extend(Job.state, Job.attempts)
+            .join(Job, on=m.job == Job.id)
+            .tuples()
+        )
+        found = []
+        for values in query:
+            row = MultipartRow(*values[:6])
+            found.append((row, TokenScope(row.job_id, row.attempt, *values[6:])))
+        return found
+
 
 class ArtifactRecords:
     """The artifact rows, awaited from the event loop (one DB read or write each)."""
@@ -252,3 +268,6 @@ class ArtifactRecords:
 
     async def drop_multipart(self, upload_id: str) -> None:
         await self.db.write(partial(self.repo.drop_multipart, upload_id))
+
+    async def every_multipart(self) -> list[tuple[MultipartRow, TokenScope]]:
+        return await self.db.read(self.repo.every_multipart)
