@@ -20,16 +20,15 @@ Policy (docs/scheduling.md is the user-facing version):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching_index import (
-    SIDES,
     FleetIndex,
     RequirementsKey,
     command_refusal,
     fit_order,
-    fits,
     gpu_name_matches,
     label_matches,
 )
@@ -157,20 +156,25 @@ def _label_problem(labels: Mapping[str, str], key: str, pattern: str) -> str | N
 
 
 def plan(
-    pending: Sequence[PendingJob], idle_workers: Sequence[WorkerView]
+    pending: Sequence[PendingJob], idle_workers: Sequence[WorkerView] | IdleWorkers
 ) -> list[tuple[str, str]]:
     """Assign idle workers to pending jobs: ``[(job_id, worker_id), ...]`` in job order.
 
-    Each worker and each job appears at most once. Cost: sorting the queue and indexing
-    the workers, one shortlist per distinct set of label/GPU-name globs, then about one
-    bisect per GPU-count bucket for each job (matching_index.py explains the index).
-    A pass with only a few jobs scans the workers instead (the same choice, see
-    ``_plan_by_scan``).
+    Each worker and each job appears at most once; only workers with an open stream are
+    chosen. A pass with only a few jobs walks the idle workers in fit order and stops at
+    the first that qualifies (idle_workers.py; the scheduler keeps them in that order
+    between passes). A longer queue indexes them instead: one shortlist per distinct set
+    of label/GPU-name globs, then about one bisect per GPU-count bucket for each job
+    (matching_index.py). Both choose the same worker.
     """
-    if len(pending) < SCAN_BELOW_JOBS:
-        return _plan_by_scan(pending, idle_workers)
-    # Ids once each, and only workers with an open stream.
-    index = FleetIndex({w.worker_id: w for w in idle_workers if w.connected}.values())
+    if isinstance(idle_workers, IdleWorkers):
+        if len(pending) < SCAN_BELOW_JOBS:
+            return _plan_in_fit_order(pending, idle_workers)
+        index = FleetIndex(idle_workers.values())  # already one view per id, all connected
+    elif len(pending) < SCAN_BELOW_JOBS:
+        return _plan_in_fit_order(pending, IdleWorkers(idle_workers))
+    else:  # ids once each, and only workers with an open stream
+        index = FleetIndex({w.worker_id: w for w in idle_workers if w.connected}.values())
     hopeless: set[RequirementsKey] = set()  # nothing fits now, so nothing will this pass
     placed_jobs: set[str] = set()
     placements: list[tuple[str, str]] = []
@@ -190,50 +194,25 @@ def plan(
     return placements
 
 
-# Below this many pending jobs a pass scans the idle workers instead of indexing them.
-# Jobs mostly arrive one at a time, and building the index costs about 6 us a worker
-# (30 ms per pass at 5,000 idle workers) where a scan costs about 1 us a worker per job.
+# Below this many pending jobs a pass walks the idle workers in fit order instead of
+# indexing them. Jobs mostly arrive one at a time, and building the index costs about
+# 6 us a worker (30 ms per pass at 5,000 idle workers) where the walk usually stops
+# within the first few workers.
 SCAN_BELOW_JOBS = 4
 
 
-def _plan_by_scan(
-    pending: Sequence[PendingJob], idle_workers: Sequence[WorkerView]
-) -> list[tuple[str, str]]:
+def _plan_in_fit_order(pending: Sequence[PendingJob], pool: IdleWorkers) -> list[tuple[str, str]]:
     """plan() for a few jobs: for each, the free qualifying worker first in fit order."""
-    # Ids once each, and only workers with an open stream.
-    workers = list({w.worker_id: w for w in idle_workers if w.connected}.values())
     taken: set[str] = set()
     placements: list[tuple[str, str]] = []
     for job in sorted(pending, key=lambda j: (-j.priority, j.seq, j.job_id)):
         if any(placed == job.job_id for placed, _ in placements):
             continue
-        worker = _best_free(job.requirements.key(), workers, taken)
+        worker = pool.best_for(job.requirements.key(), taken)
         if worker is not None:
             taken.add(worker.worker_id)
             placements.append((job.job_id, worker.worker_id))
     return placements
-
-
-def _best_free(
-    key: RequirementsKey, workers: Sequence[WorkerView], taken: Collection[str]
-) -> WorkerView | None:
-    for is_local in SIDES[key.target]:  # auto: remote whenever one qualifies
-        best: WorkerView | None = None
-        best_order = (0, 0.0, "")
-        for worker in workers:
-            if worker.is_local != is_local or worker.worker_id in taken:
-                continue
-            # The fit-order comparison first: most workers lose it without fits().
-            if best is not None and (
-                worker.gpu_count > best_order[0]
-                or (worker.gpu_count == best_order[0] and fit_order(worker) >= best_order)
-            ):
-                continue
-            if fits(key, worker):
-                best, best_order = worker, fit_order(worker)
-        if best is not None:
-            return best
-    return None
 
 
 # --- the job's GPU count from its training config -------------------------------------
@@ -286,6 +265,7 @@ def _gb(value: float) -> str:
 __all__ = [
     "NUM_PROCESSES_KEYS",
     "TARGETS",
+    "IdleWorkers",
     "InvalidRequirements",
     "PendingJob",
     "Requirements",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tunefleet.actors import messages as m
+from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
 from tunefleet.actors.runtime import Actor
 from tunefleet.actors.wait_reasons import wait_reason
@@ -23,7 +24,8 @@ class Scheduler(Actor):
         super().__init__("scheduler")
         self.ctx = ctx
         self.pending: dict[str, PendingJob] = {}
-        self.idle: dict[str, WorkerView] = {}
+        # Kept in best-fit order, so placing a job stops at the first worker that fits.
+        self.idle = IdleWorkers()
         self.fleet: dict[str, WorkerView] = {}
         self.pass_scheduled = False
 
@@ -58,10 +60,10 @@ class Scheduler(Actor):
         else:
             self.fleet[msg.worker_id] = msg.view
         if msg.schedulable and msg.view is not None and msg.view.connected:
-            self.idle[msg.worker_id] = msg.view
+            self.idle.add(msg.view)
             self._schedule_pass()
         else:
-            self.idle.pop(msg.worker_id, None)
+            self.idle.discard(msg.worker_id)
 
     def _schedule_pass(self) -> None:
         if not self.pass_scheduled and self.pending and self.idle:
@@ -73,11 +75,11 @@ class Scheduler(Actor):
         if not self.pending or not self.idle:
             return
         unused = False
-        for job_id, worker_id in plan(list(self.pending.values()), list(self.idle.values())):
+        for job_id, worker_id in plan(list(self.pending.values()), self.idle):
             self.pending.pop(job_id, None)
             job = self.ctx.jobs.get(job_id)
             if job is not None and job.try_tell(m.DispatchTo(worker_id)):
-                self.idle.pop(worker_id, None)
+                self.idle.discard(worker_id)
             else:
                 unused = True
         if unused:
