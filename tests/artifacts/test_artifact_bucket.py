@@ -17,6 +17,7 @@ import pytest
 
 from tests.fakes.moto_s3 import AWS_ENV, moto_server
 from tests.server.conftest import Server
+from tunefleet.http import keys
 
 boto3 = pytest.importorskip("boto3", reason="boto3 is in the test extra: pip install -e '.[test]'")
 pytestmark = pytest.mark.timeout(120)
@@ -245,3 +246,35 @@ async def test_the_outputs_manifest_gives_direct_uploads_their_checksum(server: 
     listed = {a["key"]: a["sha256"] for a in listing["artifacts"]}
     assert listed["model.safetensors"] == digest
     assert listing["checkpoints"] == []  # an outputs manifest is no checkpoint
+
+
+async def test_at_start_uploads_whose_attempt_ended_are_aborted_in_the_bucket(
+    make_server: Any, bucket: Any, s3_url: str
+) -> None:
+    options = {"artifact_store": f"s3://{BUCKET}/fleet", "s3_endpoint_url": s3_url}
+    first = await make_server(**options)
+    event = await _job(first)
+    headers = {TOKEN_HEADER: event["upload_token"]}
+    url = f"{_base(event)}/unfinished.bin"
+    started = await (await first.client.post(url + "?uploads", headers=headers)).json()
+    key = f"fleet/jobs/{event['job_id']}/unfinished.bin"
+
+    def open_uploads() -> list[str]:
+        listed = bucket.list_multipart_uploads(Bucket=BUCKET, Prefix=key)
+        return [u["Key"] for u in listed.get("Uploads", [])]
+
+    assert open_uploads() == [key]
+    # As when the upload was started by an earlier process: nothing watches it end.
+    first.app[keys.ARTIFACTS]._multipart_jobs.clear()
+    await event["_worker"].report(event["job_id"], "failed", error="out of memory")
+    await first.wait_job(event["job_id"], "failed")
+    await first.client.close()
+    assert open_uploads() == [key]
+    server = await make_server(**options)
+    record = server.store.artifacts.multipart
+    for _ in range(250):
+        if not open_uploads() and await record(started["upload_id"]) is None:
+            break
+        await asyncio.sleep(0.02)
+    assert open_uploads() == []
+    assert await record(started["upload_id"]) is None

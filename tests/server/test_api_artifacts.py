@@ -17,6 +17,7 @@ import pytest
 
 from tests.server.conftest import Server
 from tests.server.protocol import WorkerClient, eventually
+from tunefleet.http import keys
 
 TOKEN_HEADER = "X-Upload-Token"
 
@@ -589,3 +590,49 @@ async def test_at_start_a_crashs_leftover_temporary_files_are_removed(make_serve
 
     await eventually(swept, "the crash's temporary file to be removed")
     assert (await server.client.get("/healthz")).status == 200
+
+
+async def test_at_start_uploads_whose_attempt_ended_while_unwatched_are_aborted(
+    make_server: Any,
+) -> None:
+    first = await make_server()
+    worker = await first.connected_worker()
+    up = Uploader(first, await dispatched(first, worker))
+    started = await first.client.post(up.url("big.bin") + "?uploads", headers=up.headers())
+    upload_id = (await started.json())["upload_id"]
+    part = f"{up.url('big.bin')}?partNumber=1&uploadId={upload_id}"
+    assert (await first.client.put(part, data=b"p" * 1000, headers=up.headers())).status == 200
+    # As when the upload was started by an earlier process: nothing watches it end.
+    first.app[keys.ARTIFACTS]._multipart_jobs.clear()
+    await worker.report(up.job_id, "failed", error="out of memory")
+    await first.wait_job(up.job_id, "failed")
+    await first.client.close()
+    folder = first.data_dir / "artifacts" / ".multipart" / upload_id
+    assert folder.is_dir()
+    server = await make_server()
+
+    async def aborted() -> bool | None:
+        gone = not folder.exists() and await server.store.artifacts.multipart(upload_id) is None
+        return True if gone else None
+
+    await eventually(aborted, "the ended attempt's upload to be aborted")
+
+
+async def test_an_upload_still_live_at_start_is_aborted_when_its_job_ends(server: Server) -> None:
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    started = await server.client.post(up.url("big.bin") + "?uploads", headers=up.headers())
+    upload_id = (await started.json())["upload_id"]
+    artifacts = server.app[keys.ARTIFACTS]
+    artifacts._multipart_jobs.clear()  # as when an earlier process started it
+    await artifacts.tidy()
+    assert await server.store.artifacts.multipart(upload_id) is not None, "still live: kept"
+    await worker.report(up.job_id, "failed", error="out of memory")
+    await server.wait_job(up.job_id, "failed")
+    folder = server.data_dir / "artifacts" / ".multipart" / upload_id
+
+    async def aborted() -> bool | None:
+        gone = not folder.exists() and await server.store.artifacts.multipart(upload_id) is None
+        return True if gone else None
+
+    await eventually(aborted, "the upload to be aborted when its job ended")

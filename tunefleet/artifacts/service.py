@@ -20,7 +20,7 @@ import structlog
 from tunefleet.artifacts.keys import check_key, is_manifest, manifest_checkpoint
 from tunefleet.artifacts.store import ArtifactStore, StoredObject
 from tunefleet.audit import AuditKind, AuditLog
-from tunefleet.errors import BadRequest, TunefleetError
+from tunefleet.errors import BadRequest, NotFound, TunefleetError
 from tunefleet.http.tokens import hash_token
 from tunefleet.storage.store import Store
 from tunefleet.storage.store_artifacts import ArtifactRow
@@ -147,12 +147,35 @@ class Artifacts:
         await asyncio.gather(*self._sweeps, return_exceptions=True)
 
     async def tidy(self) -> None:
-        """At start (or on taking over): remove the temporary files a crash left behind
-        (never those of an upload still open)."""
-        still_open = {upload.id for upload, _owner in await self.records.every_multipart()}
+        """At start (or on taking over): abort the unfinished uploads no token can finish
+        any more (their attempt ended, or a retry superseded it, while no orchestrator
+        watched), watch the live ones' jobs so they are aborted when those end, and
+        remove the temporary files a crash left behind."""
+        aborted = 0
+        still_open: set[str] = set()
+        for upload, owner in await self.records.every_multipart():
+            if owner.job_state in _LIVE_STATES and owner.job_attempts == owner.attempt:
+                still_open.add(upload.id)
+                self._multipart_jobs.add(upload.job_id)
+                continue
+            try:
+                with contextlib.suppress(NotFound):  # already gone from the bucket
+                    await self.store.abort_multipart(
+                        upload.job_id, upload.key, upload.id, upload.backend_id
+                    )
+                await self.records.drop_multipart(upload.id)
+                aborted += 1
+            except Exception:
+                still_open.add(upload.id)  # tried again at the next start
+                log.exception("could not abort an unfinished upload", job_id=upload.job_id)
         files, freed = await self.store.sweep_leftovers(still_open)
-        if files:
-            log.info("artifact store tidied", leftover_files=files, bytes_freed=freed)
+        if aborted or files:
+            log.info(
+                "artifact store tidied",
+                uploads_aborted=aborted,
+                leftover_files=files,
+                bytes_freed=freed,
+            )
 
     async def stored(
         self, scope: UploadScope, key: str, obj: StoredObject, client: str | None
