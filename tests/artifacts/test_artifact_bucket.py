@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
@@ -278,3 +278,40 @@ async def test_at_start_uploads_whose_attempt_ended_are_aborted_in_the_bucket(
         await asyncio.sleep(0.02)
     assert open_uploads() == []
     assert await record(started["upload_id"]) is None
+
+
+async def test_the_json_form_hands_out_a_presigned_url_that_needs_no_token(
+    server: Server, bucket: Any
+) -> None:
+    """What the web UI does: its Content-Security-Policy cannot follow a 307 to the bucket,
+    so it asks where the object is and opens that URL itself, without its token."""
+    event = await _job(server)
+    data = b"bucket bytes" * 500
+    await _put_via_redirect(server, event, "final/model one.bin", data)
+    path = f"/api/queue/{event['job_id']}/artifacts/final/model%20one.bin"
+    link = await server.ok("GET", f"{path}?redirect=false")
+    assert (link["key"], link["size"], link["presigned"], link["expires_in"]) == (
+        "final/model one.bin",
+        len(data),
+        True,
+        3600,
+    )
+    assert link["url"].startswith("http://127.0.0.1:") and "/fleet/jobs/" in link["url"]
+    async with aiohttp.ClientSession() as bare, bare.get(link["url"]) as got:
+        assert got.status == 200 and await got.read() == data
+    # A browser opening the URL saves the file rather than leaving the page: S3 answers
+    # with this Content-Disposition (moto's server ignores it, so the URL is checked).
+    assert parse_qs(urlsplit(link["url"]).query)["response-content-disposition"] == [
+        "attachment; filename=\"model one.bin\"; filename*=UTF-8''model%20one.bin"
+    ]
+    downloads = [e for e in await server.audit() if e["kind"] == "artifact.downloaded"]
+    assert [e["detail"]["key"] for e in downloads] == ["final/model one.bin"]
+
+
+async def test_the_json_form_of_an_object_the_bucket_lacks_is_404(
+    server: Server, bucket: Any
+) -> None:
+    event = await _job(server)
+    resp = await server.get(f"/api/queue/{event['job_id']}/artifacts/nope.bin?redirect=false")
+    assert resp.status == 404
+    assert (await resp.json())["detail"] == "artifact not found: nope.bin"

@@ -13,12 +13,14 @@ import hashlib
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tunefleet.artifacts.store import (
+    PRESIGN_TTL_S,
     ByteSource,
     Checks,
     ListedObject,
@@ -26,9 +28,6 @@ from tunefleet.artifacts.store import (
     StoredObject,
 )
 from tunefleet.errors import BadRequest, NotFound, TunefleetError
-
-# Long enough for a multi-GB part on a slow link, short enough that a leaked URL dies soon.
-PRESIGN_TTL_S = 3600
 
 
 class BucketUnavailable(TunefleetError):
@@ -78,7 +77,12 @@ class BucketStore:
         )
 
     def presign_get(self, job_id: str, key: str) -> str:
-        return self._presign("get_object", Key=self._object(job_id, key))
+        # attachment: a browser that opens the URL saves the file instead of leaving the page.
+        return self._presign(
+            "get_object",
+            Key=self._object(job_id, key),
+            ResponseContentDisposition=attachment(key.rsplit("/", 1)[-1]),
+        )
 
     def presign_put(self, job_id: str, key: str, checks: Checks) -> str:
         return self._presign("put_object", Key=self._object(job_id, key))
@@ -193,3 +197,12 @@ class BucketStore:
         # Nothing is staged here: the bucket writes whole objects, and its unfinished
         # multipart uploads are aborted through their records (Artifacts.tidy).
         return 0, 0
+
+
+def attachment(filename: str) -> str:
+    """A Content-Disposition that saves as `filename` (RFC 6266: an ASCII fallback, and the
+    exact name percent-encoded)."""
+    fallback = "".join(
+        c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename
+    )
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"

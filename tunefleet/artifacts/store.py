@@ -96,6 +96,11 @@ def is_disk_full(error: OSError) -> bool:
     return error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+# How long a presigned URL works: long enough for a multi-GB part on a slow link, short
+# enough that a leaked URL dies soon.
+PRESIGN_TTL_S = 3600
+
+
 class ArtifactStore(Protocol):
     presigns: bool
     describe: str  # where the bytes go, for the startup banner and docs

@@ -24,6 +24,7 @@ from tunefleet.http.auth import report_auth_failure
 from tunefleet.http.body import parse_body, read_body
 from tunefleet.http.errors import ApiError
 from tunefleet.http.route_table import routes
+from tunefleet.storage.store_artifacts import ArtifactRow
 
 UPLOAD_TOKEN_HEADER = "X-Upload-Token"
 _OBJECT = "/api/artifacts/{bucket}/{key:.+}"
@@ -213,17 +214,24 @@ async def artifact_list(request: web.Request) -> web.StreamResponse:
     return web.json_response({"objects": objects})
 
 
-async def serve_object(
-    request: web.Request, artifacts: Artifacts, job_id: str, key: str, actor: str
-) -> web.StreamResponse:
-    """The bytes of a stored object (HTTP Range through FileResponse), or a redirect to a
-    presigned URL when a bucket holds it."""
+async def stored_row(artifacts: Artifacts, job_id: str, key: str) -> ArtifactRow:
+    """The object's record; 404 when none (a bucket is listed again first, since a
+    trainer may have written there directly)."""
     row = await artifacts.records.get(job_id, key)
     if row is None and artifacts.store.presigns:
         await artifacts.sync_bucket(job_id)
         row = await artifacts.records.get(job_id, key)
     if row is None:
         raise ApiError(404, f"artifact not found: {key}")
+    return row
+
+
+async def serve_object(
+    request: web.Request, artifacts: Artifacts, job_id: str, key: str, actor: str
+) -> web.StreamResponse:
+    """The bytes of a stored object (HTTP Range through FileResponse), or a redirect to a
+    presigned URL when a bucket holds it."""
+    row = await stored_row(artifacts, job_id, key)
     await artifacts.downloaded(job_id, key, actor, request.remote)
     store = artifacts.store
     if store.presigns:

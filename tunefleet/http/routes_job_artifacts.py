@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from tunefleet.actors.records import iso
 from tunefleet.artifacts.keys import check_key
+from tunefleet.artifacts.service import Artifacts
+from tunefleet.artifacts.store import PRESIGN_TTL_S
 from tunefleet.http import keys
 from tunefleet.http.auth import QUEUE_ADMIN
+from tunefleet.http.body import parse_query
 from tunefleet.http.errors import ApiError
 from tunefleet.http.route_table import actor_name, principal_of, routes
-from tunefleet.http.routes_artifacts import artifacts_of, serve_object
-from tunefleet.http.schemas_artifacts import ArtifactListResponse, DeleteArtifactsResponse
+from tunefleet.http.routes_artifacts import artifacts_of, serve_object, stored_row
+from tunefleet.http.schemas_artifacts import (
+    ArtifactListResponse,
+    DeleteArtifactsResponse,
+    DownloadArtifactQuery,
+)
 
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 _JOB_NOT_FOUND = {404: "Job not found"}
@@ -72,15 +81,41 @@ async def list_job_artifacts(request: web.Request) -> web.StreamResponse:
     "/api/queue/{job_id}/artifacts/{key:.+}",
     summary="Download one stored output (HTTP Range supported), or a redirect to a presigned URL",
     auth="api",
-    errors={**_JOB_NOT_FOUND, 400: "Bad key"},
-    description="With a bucket store the answer is a 307 to a presigned URL of the object.",
+    query=DownloadArtifactQuery,
+    errors={**_JOB_NOT_FOUND, 400: "Bad key or redirect value"},
+    description=(
+        "With a bucket store the answer is a 307 to a presigned URL of the object. "
+        "With ?redirect=false the answer is JSON saying where to fetch it instead: "
+        '{"key", "size", "sha256", "url", "presigned", "expires_in"}.'
+    ),
     content_type="application/octet-stream",
 )
 async def download_job_artifact(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
     key = check_key(request.match_info["key"])
+    redirect = parse_query(request, DownloadArtifactQuery).redirect
     await _job_state(request, job_id)
-    return await serve_object(request, artifacts_of(request), job_id, key, actor_name(request))
+    artifacts = artifacts_of(request)
+    if redirect:
+        return await serve_object(request, artifacts, job_id, key, actor_name(request))
+    return web.json_response(await _download_link(request, artifacts, job_id, key))
+
+
+async def _download_link(
+    request: web.Request, artifacts: Artifacts, job_id: str, key: str
+) -> dict[str, Any]:
+    """Where to fetch the object, for a client that cannot follow a 307 to another origin
+    (the web UI: its connect-src is 'self'). A bucket's presigned URL needs no token and
+    must be sent none; handing it out is the download, so it is audited here. The embedded
+    store's URL is this path, fetched with the bearer token (audited when fetched)."""
+    row = await stored_row(artifacts, job_id, key)
+    store = artifacts.store
+    link = {"key": row.key, "size": row.size, "sha256": row.sha256}
+    if store.presigns:
+        await artifacts.downloaded(job_id, key, actor_name(request), request.remote)
+        url = store.presign_get(job_id, key)
+        return {**link, "url": url, "presigned": True, "expires_in": PRESIGN_TTL_S}
+    return {**link, "url": request.rel_url.raw_path, "presigned": False, "expires_in": None}
 
 
 @routes.route(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tunefleet.http.schemas_common import ResponseModel
+from tunefleet.http.schemas_common import RequestModel, ResponseModel
 
 
 class ArtifactView(ResponseModel):
@@ -30,3 +30,11 @@ class ArtifactListResponse(ResponseModel):
 class DeleteArtifactsResponse(ResponseModel):
     job_id: str
     deleted: int
+
+
+class DownloadArtifactQuery(RequestModel):
+    """``?redirect=false`` answers where to fetch the object, as JSON, instead of sending
+    it or redirecting to it (for a browser page, which cannot follow a redirect to a
+    bucket): ``{"key", "size", "sha256", "url", "presigned", "expires_in"}``."""
+
+    redirect: bool = True

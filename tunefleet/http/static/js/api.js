@@ -96,14 +96,25 @@ export async function download(path, filename) {
     throw error;
   }
   const url = URL.createObjectURL(await response.blob());
+  saveLink(url, filename);
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+/**
+ * Have the browser save what `url` answers, as a click on a download link would: a
+ * navigation, so the page's connect-src does not apply, and it carries no token. For a
+ * URL of another origin (a bucket's presigned URL) the browser goes by the response's
+ * Content-Disposition; no Referer is sent there.
+ */
+export function saveLink(url, filename) {
   const link = document.createElement('a');
   link.href = url;
   link.download = filename;
+  link.rel = 'noopener noreferrer';
   link.hidden = true;
   document.body.append(link);
   link.click();
   link.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
 export const get = (path) => request('GET', path);

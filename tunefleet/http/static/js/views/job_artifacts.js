@@ -1,7 +1,10 @@
 // A job's stored outputs and checkpoints (GET /api/queue/ID/artifacts), each file with
-// a download: fetched with the bearer token into a blob, since a link cannot send it.
+// a download. The page first asks where the file is (?redirect=false): a bucket's
+// presigned URL is opened as a link, without the token (fetching it would break the
+// page's connect-src 'self'); the orchestrator's own URL is fetched with the bearer
+// token into a blob, since a link cannot send it.
 
-import { download, enc, get } from '../api.js';
+import { ApiError, download, enc, get, saveLink } from '../api.js';
 import { h } from '../dom.js';
 import { ago, bytes, dateTime } from '../format.js';
 import { toast } from '../ui.js';
@@ -21,7 +24,10 @@ export function artifactsPanel(jobId) {
     button.disabled = true;
     button.textContent = 'Downloading…';
     try {
-      await download(`/api/queue/${enc(jobId)}/artifacts/${keyPath(key)}`, fileName(key));
+      const link = await get(`/api/queue/${enc(jobId)}/artifacts/${keyPath(key)}?redirect=false`);
+      if (link.presigned) saveLink(link.url, fileName(key));
+      else if (new URL(link.url, location.href).origin === location.origin) await download(link.url, fileName(key));
+      else throw new ApiError(0, 'the orchestrator named another site for this file; the token is not sent there');
     } catch (error) {
       toast(`${key}: ${error.detail}`, 'error');
     } finally {
