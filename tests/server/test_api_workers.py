@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from typing import Any
 
+import pytest
+
 from tests.server.protocol import WorkerClient, eventually
+from tunefleet.http import keys
 
 # SimpleTuner's agent (simpletuner/worker_agent.py) sends exactly these bodies.
 SIMPLETUNER_REGISTER = {
@@ -246,6 +250,23 @@ async def test_stream_sends_ping_events_when_idle(server: Any) -> None:
     assert frame.data == {"type": "ping"}
     assert frame.id is None  # pings are not kept for replay
     assert frame.data_lines[0].startswith("{")
+    worker.close()
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="Linux-only socket option")
+async def test_stream_socket_gives_up_on_a_silent_peer_after_two_ping_intervals(
+    server: Any,
+) -> None:
+    # A vanished machine (no FIN, no RST) must not look connected for TCP's ~15 minutes
+    # of retransmissions; the kernel fails the socket instead (tests/chaos proves the
+    # whole path with a real network cut).
+    server.set_ping_interval(7.0)
+    worker = await server.connected_worker()
+    [transport] = server.app[keys.OPEN_STREAMS].transports()
+    sock = transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 14_000
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 7
     worker.close()
 
 

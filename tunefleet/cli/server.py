@@ -99,6 +99,14 @@ def _checked_patterns(
     "before the job goes back to the queue.",
 )
 @click.option(
+    "--ping-interval",
+    type=click.FloatRange(min=1.0, max=30.0),
+    default=15.0,
+    show_default=True,
+    help="Seconds between pings on a quiet worker stream; a worker whose machine "
+    "vanished (no close) is noticed within three of them.",
+)
+@click.option(
     "--max-retries",
     type=click.IntRange(0, 20),
     default=3,

@@ -70,6 +70,7 @@ class ServerOptions:
     health_check_interval: float = 60.0
     dispatch_ack_timeout: float = 60.0
     reconnect_grace: float = 5.0
+    ping_interval: float = 15.0
     max_retries: int = 3
     admin_token: str | None = None
     local_runner: bool = True
@@ -111,6 +112,7 @@ class ServerOptions:
             health_check_interval_s=self.health_check_interval,
             dispatch_ack_timeout_s=self.dispatch_ack_timeout,
             reconnect_grace_s=self.reconnect_grace,
+            ping_interval_s=self.ping_interval,
             default_max_retries=self.max_retries,
             local_runner=self.local_runner,
             upload_endpoint="/api/artifacts",

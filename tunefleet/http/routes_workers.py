@@ -34,6 +34,7 @@ from tunefleet.http.schemas_workers import (
     RegisterResponse,
     WorkerIdQuery,
 )
+from tunefleet.http.stream_socket import bound_silent_peer, dead_peer_timeout_s
 
 log = structlog.get_logger(__name__)
 
@@ -89,8 +90,14 @@ async def worker_stream(request: web.Request) -> web.StreamResponse:
     open_streams = request.app[keys.OPEN_STREAMS]
     open_streams.add(conn, request.transport)
     ping_s = fleet.ctx.settings.ping_interval_s
+    if not bound_silent_peer(request.transport, ping_s):
+        log.debug("worker stream without a dead-peer bound (not TCP)", worker_id=worker_id)
     # Plain "\n" line ends: agents that read raw lines for "data: " need no CR stripping.
-    sse = EventSourceResponse(ping_interval=_NO_LIBRARY_PING_S, sep="\n")
+    # send_timeout: the library's TCP_USER_TIMEOUT (see stream_socket.py) and its bound on
+    # a write to a reader that stopped reading.
+    sse = EventSourceResponse(
+        ping_interval=_NO_LIBRARY_PING_S, send_timeout=dead_peer_timeout_s(ping_s), sep="\n"
+    )
     try:
         await sse.prepare(request)
         while True:

@@ -9,7 +9,8 @@ whose transport is closing is ended from here: its handler returns and the worke
 actor hears "stream closed" as it would after a failed write.
 
 A peer that vanishes without closing its socket (a machine that lost power) leaves
-nothing to see here; the heartbeat timeout still covers it.
+nothing to see here until the kernel gives up on it: tunefleet/http/stream_socket.py
+bounds that to two ping intervals, after which its transport closes like any other.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class StreamWatch:
 
     def __iter__(self) -> Iterator[StreamConnection]:
         return iter(list(self._streams))
+
+    def transports(self) -> list[asyncio.BaseTransport | None]:
+        return list(self._streams.values())
 
     def __len__(self) -> int:
         return len(self._streams)
