@@ -4,8 +4,11 @@ unacknowledged for two ping intervals (TCP_USER_TIMEOUT, tunefleet/http/stream_s
 so the worker shows ``connected: false`` and the job it never acknowledged is pending
 again long before the heartbeat timeout (120 s) or the acknowledgement timeout (60 s).
 
-A real orchestrator process; the worker is a bare-socket client in its own network
-namespace, whose veth link is taken down to cut it off silently.
+And the other way round: an agent whose orchestrator went silent treats its stream as
+lost after --stream-timeout, not after TCP's retransmissions.
+
+A real orchestrator process; the worker (a bare-socket client, or a real agent) is in
+its own network namespace, whose veth link is taken down to cut it off silently.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.chaos.chaos_agent import ChaosAgent
 from tests.chaos.chaos_netns import NetnsLink, NetnsPool, ip
 from tests.e2e.harness import Orchestrator, wait_until, write_tiny_config
 
@@ -141,3 +145,37 @@ def _cut_silently(link: NetnsLink) -> None:
     machine's vanishing does.)"""
     ip("netns", "exec", link.name, "ip", "link", "set", link.agent_if, "down")
     link.is_up = False
+
+
+def test_an_agent_cut_off_from_its_orchestrator_notices_the_silence(
+    orchestrator: Orchestrator, link: NetnsLink, tmp_path: Path
+) -> None:
+    """The other side: the orchestrator's machine vanishes for the agent. Its pings stop
+    arriving (nothing is closed), and the agent's --stream-timeout treats the stream as
+    lost instead of waiting on TCP."""
+    created = orchestrator.create_worker("cut-off")
+    agent = ChaosAgent(
+        f"http://{link.host_addr}:{orchestrator.port}",
+        created["token"],
+        tmp_path / "work",
+        "cut-off",
+        persistent=True,
+        extra_args=["--stream-timeout", "3"],  # above three of the 1 s ping intervals
+        worker_id=created["worker_id"],
+        netns=link,
+    ).start()
+    try:
+        orchestrator.wait_worker(created["worker_id"], "idle")
+        time.sleep(4)  # pings keep a quiet stream alive past the timeout
+        assert "no event or ping" not in agent.log()
+        _cut_silently(link)
+        cut_at = time.monotonic()
+        wait_until(
+            lambda: "no event or ping on the job stream for 3 s" in agent.log(),
+            20,
+            0.1,
+            "the agent to notice the silent orchestrator",
+        )
+        print(f"silent orchestrator: the agent noticed after {time.monotonic() - cut_at:.1f} s")
+    finally:
+        agent.stop()
