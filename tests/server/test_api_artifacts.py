@@ -636,3 +636,24 @@ async def test_an_upload_still_live_at_start_is_aborted_when_its_job_ends(server
         return True if gone else None
 
     await eventually(aborted, "the upload to be aborted when its job ended")
+
+
+async def test_at_start_an_upload_of_a_superseded_attempt_is_aborted(server: Server) -> None:
+    w1 = await server.connected_worker("w1")
+    first = Uploader(server, await dispatched(server, w1))
+    started = await server.client.post(first.url("big.bin") + "?uploads", headers=first.headers())
+    upload_id = (await started.json())["upload_id"]
+    assert (await w1.disconnect()).status == 200  # the first worker is lost mid-upload
+    w1.close()
+    w2 = await server.connected_worker("w2")
+    event = await w2.take_job()
+    assert event["job_id"] == first.job_id and event["attempt"] == 2
+    second = Uploader(server, event)
+    kept = await server.client.post(second.url("big.bin") + "?uploads", headers=second.headers())
+    kept_id = (await kept.json())["upload_id"]
+    await server.app[keys.ARTIFACTS].tidy()  # as a restart now would
+    parts = server.data_dir / "artifacts" / ".multipart"
+    assert await server.store.artifacts.multipart(upload_id) is None
+    assert not (parts / upload_id).exists()
+    assert await server.store.artifacts.multipart(kept_id) is not None, "the live one is kept"
+    assert (parts / kept_id).is_dir()
