@@ -190,7 +190,7 @@ class WorkerClient:
         try:
             async with self._client().get(url, headers=headers, timeout=timeout) as response:
                 if response.status != 200:
-                    data = await _read_body(response)
+                    data = await read_body(response)
                     if response.status == 503:
                         self._fail_over(used, data)
                     self._raise_for_status(response.status, data, "job stream")
@@ -237,7 +237,7 @@ class WorkerClient:
             async with self._client().request(
                 method, used + path, json=body, headers=self._headers, timeout=timeout
             ) as response:
-                data = await _read_body(response)
+                data = await read_body(response)
         except TimeoutError as error:
             self._fail_over(used)
             raise OrchestratorUnreachable(
@@ -307,7 +307,8 @@ def _retry_after(value: str | None) -> float | None:
     return None if seconds is None or seconds < 0 else min(seconds, 60.0)
 
 
-async def _read_body(response: aiohttp.ClientResponse) -> Any:
+async def read_body(response: aiohttp.ClientResponse) -> Any:
+    """The answer's JSON, or its text when it is not JSON (a proxy's page), or None."""
     text = await response.text(errors="replace")
     try:
         return json.loads(text) if text else None

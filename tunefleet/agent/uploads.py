@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -30,6 +29,7 @@ import structlog
 
 from tunefleet import __version__
 from tunefleet.agent.backoff import Backoff
+from tunefleet.agent.client import read_body
 from tunefleet.errors import TunefleetError
 
 log = structlog.get_logger(__name__)
@@ -376,7 +376,7 @@ class ArtifactClient:
                     method, url, data=body, json=json_body, headers=headers,
                     timeout=self._timeout, allow_redirects=False,
                 ) as response:  # fmt: skip
-                    payload = await _read_body(response)
+                    payload = await read_body(response)
                     # Case-insensitive: a bucket may spell it "etag" (moto does).
                     status, reply_headers = response.status, response.headers.copy()
             except (aiohttp.ClientError, TimeoutError, OSError) as error:
@@ -443,7 +443,7 @@ class _Download:
                 headers = {"User-Agent": self.client._headers["User-Agent"], **self.extra}
                 continue
             if response.status >= 400:
-                payload = await _read_body(response)
+                payload = await read_body(response)
                 response.release()
                 _raise_for_status(response.status, payload, "download")
             self._response = response
@@ -482,14 +482,6 @@ def _digest_of(path: Path) -> Any:
         while chunk := handle.read(CHUNK_BYTES):
             digest.update(chunk)
     return digest
-
-
-async def _read_body(response: aiohttp.ClientResponse) -> Any:
-    text = await response.text(errors="replace")
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return text
 
 
 def _describe(error: BaseException) -> str:
