@@ -122,17 +122,11 @@ class ArtifactRepo:
         return first_of(ArtifactRow, query)
 
     def objects(self, job_id: str, prefix: str = "") -> list[ArtifactRow]:
-        query = Artifact.select().where(Artifact.job == job_id)
-        if prefix:
-            # Not LIKE: keys may hold % and _; compare the leading characters exactly.
-            query = query.where(pw.fn.SUBSTR(Artifact.key, 1, len(prefix)) == prefix)
+        query = _under(Artifact.select().where(Artifact.job == job_id), prefix)
         return rows_of(ArtifactRow, query.order_by(Artifact.key))
 
     def delete_prefix(self, job_id: str, prefix: str) -> int:
-        query = Artifact.delete().where(Artifact.job == job_id)
-        if prefix:
-            query = query.where(pw.fn.SUBSTR(Artifact.key, 1, len(prefix)) == prefix)
-        return int(query.execute())
+        return int(_under(Artifact.delete().where(Artifact.job == job_id), prefix).execute())
 
     # --- checkpoints --------------------------------------------------------------------
 
@@ -271,3 +265,11 @@ class ArtifactRecords:
 
     async def every_multipart(self) -> list[tuple[MultipartRow, TokenScope]]:
         return await self.db.read(self.repo.every_multipart)
+
+
+def _under(query: Any, prefix: str) -> Any:
+    """The rows of ``query`` whose key starts with ``prefix`` (all of them for "").
+    Not LIKE: keys may hold % and _, so the leading characters are compared exactly."""
+    if not prefix:
+        return query
+    return query.where(pw.fn.SUBSTR(Artifact.key, 1, len(prefix)) == prefix)
