@@ -38,6 +38,7 @@ BENCHMARKS: tuple[str, ...] = (
     "departed_workers",
     "metric_history",
     "takeover",
+    "yardstick",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

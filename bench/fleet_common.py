@@ -67,13 +67,18 @@ class Session:
 
 @contextlib.contextmanager
 def session(
-    backend: str, name: str, heartbeat_timeout_s: float = 120.0, pool: int = 32
+    backend: str,
+    name: str,
+    heartbeat_timeout_s: float = 120.0,
+    pool: int = 32,
+    server_class: type[Orchestrator] = Orchestrator,
 ) -> Iterator[Session]:
-    """A fresh orchestrator on ``backend`` and a load generator aimed at it."""
+    """A fresh orchestrator on ``backend`` and a load generator aimed at it (or, with
+    ``server_class=MinimalServer``, the yardstick on SQLite)."""
     work_dir = Path(tempfile.mkdtemp(prefix=f"tunefleet-bench-{name}-"))
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(postgres_schema()) if backend == "postgresql" else None
-        server = Orchestrator(work_dir / "server", url, heartbeat_timeout_s=heartbeat_timeout_s)
+        server = server_class(work_dir / "server", url, heartbeat_timeout_s=heartbeat_timeout_s)
         server.start()
         stack.callback(server.stop)
         gen = LoadGenProcess(server.port, server.pid, work_dir / "loadgen.log", pool=pool)

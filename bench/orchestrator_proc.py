@@ -94,6 +94,26 @@ class Orchestrator:
     def start(self, timeout_s: float = 60.0, *, standby: bool = False) -> Orchestrator:
         """Spawn it and wait until it is ready; a `standby` only until it answers."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = self.command()
+        log = (self.data_dir / "server.log").open("ab")
+        self.started_at = time.time()
+        self.process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_open_file_limit
+        )
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"orchestrator exited at start: {self.log_tail()}")
+            if self.role() == "standby" if standby else self._ready():
+                self.ready_at = time.time()
+                return self
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"orchestrator not ready within {timeout_s:g} s: {self.log_tail()}")
+
+    def command(self) -> list[str]:
+        """The server's command line: ``python -m tunefleet server`` with its flags."""
         args = [
             sys.executable,
             "-m",
@@ -114,22 +134,7 @@ class Orchestrator:
         ]
         if self.database_url:
             args += ["--database-url", self.database_url]
-        log = (self.data_dir / "server.log").open("ab")
-        self.started_at = time.time()
-        self.process = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_open_file_limit
-        )
-        log.close()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"orchestrator exited at start: {self.log_tail()}")
-            if self.role() == "standby" if standby else self._ready():
-                self.ready_at = time.time()
-                return self
-            time.sleep(0.02)
-        self.kill()
-        raise RuntimeError(f"orchestrator not ready within {timeout_s:g} s: {self.log_tail()}")
+        return args
 
     def _ready(self) -> bool:
         url = f"http://127.0.0.1:{self.port}/readyz"
@@ -171,6 +176,18 @@ class Orchestrator:
     def log_tail(self, n_chars: int = 3000) -> str:
         path = self.data_dir / "server.log"
         return path.read_text(errors="replace")[-n_chars:] if path.exists() else ""
+
+
+class MinimalServer(Orchestrator):
+    """bench/minimal_server.py, the yardstick, run as a process like the orchestrator
+    (SQLite only: ``database_url`` is ignored)."""
+
+    def command(self) -> list[str]:
+        # Run as a file, so it starts from any working directory (it imports no bench code).
+        script = Path(__file__).resolve().parent / "minimal_server.py"
+        db = self.data_dir / "minimal.db"
+        return [sys.executable, str(script), "--port", str(self.port), "--db", str(db),
+                "--admin-token", ADMIN_TOKEN]  # fmt: skip
 
 
 def postgres_available() -> bool:

@@ -1,0 +1,108 @@
+"""The yardstick (bench/minimal_server.py) serves the benchmarks' load generator: its
+workers register, hold streams, heartbeat, and take, acknowledge and complete jobs, and
+what it answered is in its database. Plus the protocol's refusals, over plain HTTP."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.loadgen import LoadGenProcess  # noqa: E402
+from bench.orchestrator_proc import ADMIN_TOKEN, MinimalServer  # noqa: E402
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[MinimalServer]:
+    proc = MinimalServer(tmp_path / "server").start(timeout_s=30)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def stored(server: MinimalServer, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(server.data_dir / "minimal.db") as conn:
+        return conn.execute(sql).fetchall()
+
+
+def call(server: MinimalServer, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}{path}",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **headers},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.e2e
+def test_the_load_generator_runs_job_cycles_through_it(
+    server: MinimalServer, tmp_path: Path
+) -> None:
+    gen = LoadGenProcess(server.port, server.pid, tmp_path / "loadgen.log", pool=4).start()
+    try:
+        gen.call("create_workers", count=3, timeout_s=20)
+        gen.call("register", timeout_s=20)
+        assert gen.call("open_streams", timeout_s=20)["result"]["streams"] == 3
+        gen.call("set_mode", on_job="complete")
+        latencies = gen.call("dispatch", samples=3, gap_s=0.05, timeout_s=30)["result"]
+        assert len(latencies["latencies_ms"]) == 3
+        cycles = gen.call("throughput", submitters=3, duration_s=0.3, warmup_s=0.0)["result"]
+        assert cycles["failures"] == 0 and cycles["total_cycles"] > 0
+        beats = gen.call("heartbeats", duration_s=0.2, concurrency=2, timeout_s=20)["result"]
+        assert beats["done"] > 0 and set(beats["statuses"]) == {"200"}
+        assert gen.call("status")["result"]["errors"] == {}
+    finally:
+        gen.close()
+    # Every job it answered for is committed as completed, and the workers are free.
+    jobs = 3 + cycles["total_cycles"]
+    assert stored(server, "SELECT state, count(*) FROM jobs GROUP BY state") == [
+        ("completed", jobs)
+    ]
+    assert stored(server, "SELECT count(*) FROM workers WHERE current_job_id IS NULL") == [(3,)]
+
+
+@pytest.mark.e2e
+def test_it_refuses_what_tunefleet_refuses(server: MinimalServer) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    assert call(server, "/api/queue/submit", {"config": {}}, {})[0] == 401
+    code, body = call(server, "/api/queue/submit", {"config_name": "x"}, admin)
+    assert code == 400 and "config" in body["detail"]
+    made = call(server, "/api/admin/workers", {"name": "w"}, admin)[1]
+    worker = {"X-Worker-Token": made["token"]}
+    assert call(server, "/api/workers/register", {}, {"X-Worker-Token": "wt_nope"}) == (
+        401,
+        {"detail": "Invalid worker token"},
+    )
+    beat = {"worker_id": made["worker_id"], "status": "idle"}
+    assert call(server, "/api/workers/heartbeat", beat, worker)[0] == 409  # not registered
+    registered = call(server, "/api/workers/register", {"name": "w", "gpu_count": 1}, worker)
+    assert registered[1]["worker_id"] == made["worker_id"]
+    assert call(server, "/api/workers/heartbeat", beat, worker) == (200, {"success": True})
+    wrong = {**beat, "worker_id": "w_other"}
+    assert call(server, "/api/workers/heartbeat", wrong, worker)[1] == {
+        "detail": "Worker ID mismatch"
+    }
+    # No stream open: the job waits, and a report about it is not this worker's to make.
+    submitted = call(server, "/api/queue/submit", {"config": {}, "gpu_count": 1}, admin)[1]
+    assert submitted["status"] == "pending" and submitted["queue_position"] == 1
+    path = f"/api/workers/job/{submitted['job_id']}/status"
+    assert call(server, path, {"status": "running"}, worker)[0] == 403
+    assert call(server, "/api/workers/job/job_nope/status", {}, worker)[0] == 404
+    assert stored(server, "SELECT state, worker_id FROM jobs") == [("pending", None)]
