@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunefleet.agent.sse import SseEvent, SseParser, decode_event
+from tunefleet.protocol.sse import SseEvent, SseParser, decode_event
 
 
 def parse(*chunks: bytes) -> list[SseEvent]:

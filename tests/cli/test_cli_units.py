@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tunefleet.agent.sse import SseEvent
 from tunefleet.cli import follow
 from tunefleet.cli.client import (
     ApiRefused,
@@ -29,6 +28,7 @@ from tunefleet.cli.follow import JobWatch, RateMeter, follow_job, outcome_exit_c
 from tunefleet.cli.follow_view import LineReporter, final_line, render
 from tunefleet.cli.local_config import LocalConfigError, resolve
 from tunefleet.cli.output import duration, no_match, relative_time
+from tunefleet.protocol.sse import SseEvent
 
 NOW = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
 

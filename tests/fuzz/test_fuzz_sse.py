@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from tests.security.conftest import fuzz_examples
 from tunefleet.actors.stream import StreamEvent
-from tunefleet.agent.sse import SseParser, decode_event
 from tunefleet.http.routes_workers import _send
+from tunefleet.protocol.sse import SseParser, decode_event
 
 
 class CapturingStream(EventSourceResponse):

@@ -19,11 +19,11 @@ from tunefleet.http import tls
 from tunefleet.http.tls import (
     CertPaths,
     TlsError,
-    client_ssl_context,
     ensure_self_signed,
     fingerprint,
     server_ssl_context,
 )
+from tunefleet.protocol.tls import client_ssl_context
 
 
 def load(paths: CertPaths) -> x509.Certificate:

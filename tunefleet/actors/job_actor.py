@@ -16,7 +16,7 @@ from tunefleet.actors.runtime import Actor
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict, Forbidden
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
-from tunefleet.http.tokens import hash_token, new_upload_token
+from tunefleet.tokens import hash_token, new_upload_token
 
 log = structlog.get_logger(__name__)
 

@@ -41,10 +41,10 @@ from tunefleet.agent.identity import reconcile, reconnect_limit_s
 from tunefleet.agent.job_slot import AgentLifecycle, Executor, JobSlot
 from tunefleet.agent.outbox import Outbox, ReportSender
 from tunefleet.agent.settings import AgentSettings
-from tunefleet.agent.sse import SseEvent, decode_event, shutdown_reason
 from tunefleet.agent.tasks import cancel_task, first_error
 from tunefleet.fsm.worker import WorkerState
-from tunefleet.http.tls import client_ssl_context
+from tunefleet.protocol.sse import SseEvent, decode_event, shutdown_reason
+from tunefleet.protocol.tls import client_ssl_context
 
 log = structlog.get_logger(__name__)
 

@@ -40,8 +40,8 @@ from tunefleet.agent.errors import (  # noqa: F401
     tls_hint,
 )
 from tunefleet.agent.probe import describe_body, speaks_tls
-from tunefleet.agent.sse import SseEvent, SseParser
-from tunefleet.http.tokens import API_TOKEN_PREFIX
+from tunefleet.protocol.sse import SseEvent, SseParser
+from tunefleet.tokens import API_TOKEN_PREFIX
 
 USER_AGENT = f"tunefleet-agent/{__version__}"
 

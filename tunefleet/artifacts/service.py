@@ -21,9 +21,9 @@ from tunefleet.artifacts.keys import check_key, is_manifest, manifest_checkpoint
 from tunefleet.artifacts.store import ArtifactStore, StoredObject
 from tunefleet.audit import AuditKind, AuditLog
 from tunefleet.errors import BadRequest, NotFound, TunefleetError
-from tunefleet.http.tokens import hash_token
 from tunefleet.storage.store import Store
 from tunefleet.storage.store_artifacts import ArtifactRow
+from tunefleet.tokens import hash_token
 
 log = structlog.get_logger(__name__)
 

@@ -27,10 +27,10 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from tunefleet import __version__
-from tunefleet.agent.sse import SseEvent, SseParser
 from tunefleet.errors import TunefleetError
-from tunefleet.http.tls import client_ssl_context
-from tunefleet.http.tokens import API_TOKEN_PREFIX, WORKER_TOKEN_PREFIX
+from tunefleet.protocol.sse import SseEvent, SseParser
+from tunefleet.protocol.tls import client_ssl_context
+from tunefleet.tokens import API_TOKEN_PREFIX, WORKER_TOKEN_PREFIX
 
 USER_AGENT = f"tunefleet-cli/{__version__}"
 DEFAULT_URL = "http://127.0.0.1:8001"

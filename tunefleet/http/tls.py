@@ -1,4 +1,6 @@
-"""TLS for the orchestrator: a self-signed certificate made once, and SSL contexts.
+"""TLS for the orchestrator: a self-signed certificate made once, and its SSL context.
+
+The clients' context (agent, CLI) is tunefleet/protocol/tls.py.
 
 The certificate is generated on the first ``--ssl`` start and reused afterwards, so
 its fingerprint stays the same and workers that trust it keep trusting it.
@@ -20,7 +22,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tunefleet.errors import TunefleetError
+from tunefleet.protocol.tls import TlsError
+
+__all__ = [
+    "CertPaths",
+    "TlsError",
+    "ensure_self_signed",
+    "fingerprint",
+    "is_self_signed",
+    "server_ssl_context",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -28,10 +39,6 @@ CERT_FILE = "cert.pem"
 KEY_FILE = "key.pem"
 VALIDITY_DAYS = 3650
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
-
-
-class TlsError(TunefleetError):
-    """The certificate or key cannot be used (the message says which file and why)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,25 +108,6 @@ def server_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
         context.load_cert_chain(certfile=str(cert), keyfile=str(key))
     except (OSError, ssl.SSLError) as error:
         raise TlsError(f"cannot load TLS certificate {cert} with key {key}: {error}") from error
-    return context
-
-
-def client_ssl_context(ca_cert: Path | None, verify: bool) -> ssl.SSLContext:
-    """The context an agent or CLI uses: the system trust store, plus ``ca_cert`` when
-    given (e.g. the orchestrator's self-signed ``cert.pem``), hostnames checked.
-    ``verify=False`` accepts any certificate (``--ssl-no-verify``, development only)."""
-    if verify:
-        context = ssl.create_default_context()
-        if ca_cert is not None:
-            try:
-                context.load_verify_locations(cafile=str(ca_cert))
-            except (OSError, ssl.SSLError) as error:
-                raise TlsError(f"cannot load CA certificate {ca_cert}: {error}") from error
-    else:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
 
 

@@ -1,50 +1,50 @@
-"""Secret tokens: making them, hashing them for storage, comparing and redacting them.
+"""Comparing and redacting secret tokens, and telling their kinds apart, for the
+orchestrator's authentication.
 
-A token is shown once (in the response that creates it) and stored only as its SHA-256
-hash, so a leaked database does not leak working credentials. Logs and audit records get
-``redact(token)``, never the token itself.
+Making and hashing tokens, and their prefixes, live in tunefleet/tokens.py (the agent,
+the CLI and the actors use them too); they are imported here so the HTTP room keeps one
+place to import token helpers from. Logs and audit records get ``redact(token)``, never
+the token itself.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import secrets
 from typing import Literal
 
-WORKER_TOKEN_PREFIX = "wt_"
-API_TOKEN_PREFIX = "tf_"
-UPLOAD_TOKEN_PREFIX = "ut_"
-# 32 random bytes, as DESIGN.md asks; token_urlsafe(32) is 43 characters long.
-TOKEN_RANDOM_BYTES = 32
+from tunefleet.tokens import (
+    API_TOKEN_PREFIX,
+    TOKEN_RANDOM_BYTES,
+    UPLOAD_TOKEN_PREFIX,
+    WORKER_TOKEN_PREFIX,
+    hash_token,
+    new_api_token,
+    new_upload_token,
+    new_worker_token,
+)
+
+__all__ = [
+    "API_TOKEN_PREFIX",
+    "TOKEN_RANDOM_BYTES",
+    "UPLOAD_TOKEN_PREFIX",
+    "WORKER_TOKEN_PREFIX",
+    "TokenKind",
+    "hash_matches",
+    "hash_token",
+    "looks_like",
+    "looks_like_api_token",
+    "looks_like_worker_token",
+    "new_api_token",
+    "new_upload_token",
+    "new_worker_token",
+    "redact",
+    "tokens_equal",
+]
+
 _ENCODED_LENGTH = 43
 _URLSAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 TokenKind = Literal["worker", "api"]
-
-
-def new_worker_token() -> str:
-    """A fresh worker token: ``wt_`` and 32 URL-safe random bytes."""
-    return WORKER_TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_RANDOM_BYTES)
-
-
-def new_api_token() -> str:
-    """A fresh API token for people and scripts: ``tf_`` and 32 URL-safe random bytes."""
-    return API_TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_RANDOM_BYTES)
-
-
-def new_upload_token() -> str:
-    """A fresh upload token for one attempt of one job: ``ut_`` and 32 URL-safe random bytes."""
-    return UPLOAD_TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_RANDOM_BYTES)
-
-
-def hash_token(token: str) -> str:
-    """The SHA-256 hex digest stored in place of the token.
-
-    Plain SHA-256 (no salt, no slow hash) is right here: the tokens carry 256 random bits,
-    so there is nothing to brute-force, and the hash must be a deterministic lookup key.
-    """
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def hash_matches(token: str, token_hash: str) -> bool:

@@ -1,8 +1,9 @@
 """An incremental Server-Sent Events parser (the WHATWG event-stream format).
 
-The agent reads its job stream in chunks of whatever size the network delivers, so the
-parser keeps partial lines between calls: any split of a byte stream into chunks yields
-the same events. It never raises on malformed input, because a garbled stream must cost
+Both clients read event streams with it: the agent its job stream, the CLI a followed
+job. A stream arrives in chunks of whatever size the network delivers, so the parser
+keeps partial lines between calls: any split of a byte stream into chunks yields the
+same events. It never raises on malformed input, because a garbled stream must cost
 the agent a reconnect at worst, never a crash.
 """
 
