@@ -32,7 +32,7 @@ from tunefleet.actors.runtime import ActorSystem
 from tunefleet.actors.scheduler import Scheduler
 from tunefleet.actors.worker_actor import WorkerActor
 from tunefleet.fsm.worker import WorkerState
-from tunefleet.http.metrics import Metrics
+from tunefleet.metrics import Metrics
 
 COUNT = 10_000
 # A small but real training configuration: what a job actor carries.

@@ -31,7 +31,7 @@ from tunefleet.actors.runtime import ActorSystem
 from tunefleet.actors.stream import StreamConnection, StreamEvent
 from tunefleet.actors.worker_actor import WorkerActor
 from tunefleet.audit import AuditLog
-from tunefleet.http.metrics import Metrics
+from tunefleet.metrics import Metrics
 from tunefleet.storage.database import Database, open_database
 from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobRow
 from tunefleet.storage.store import Store

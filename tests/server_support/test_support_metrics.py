@@ -10,7 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
 from prometheus_client.parser import text_string_to_metric_families
 
-from tunefleet.http.metrics import Metrics, request_timing_middleware, route_label
+from tunefleet.http.metrics import request_timing_middleware, route_label
+from tunefleet.metrics import Metrics
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
 

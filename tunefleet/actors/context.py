@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tunefleet.actors.worker_actor import WorkerActor
     from tunefleet.artifacts.service import Artifacts
     from tunefleet.audit import AuditLog
-    from tunefleet.http.metrics import Metrics
+    from tunefleet.metrics import Metrics
 
 
 @dataclass(frozen=True, slots=True)

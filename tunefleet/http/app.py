@@ -32,7 +32,6 @@ from tunefleet.http.errors import request_id_on_prepare
 from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership, standby_gate
 from tunefleet.http.local_setup import local_executor, plan_local
-from tunefleet.http.metrics import Metrics
 from tunefleet.http.routes import build_routes, middlewares
 from tunefleet.http.tls import (
     ensure_self_signed,
@@ -42,6 +41,7 @@ from tunefleet.http.tls import (
 )
 from tunefleet.jobconfigs import ConfigCatalog
 from tunefleet.logging import configure_logging
+from tunefleet.metrics import Metrics
 from tunefleet.storage.database import open_database
 from tunefleet.storage.leadership import DEFAULT_LEASE_S
 from tunefleet.storage.process_lock import lock_sqlite_database

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from tunefleet.audit import AuditLog
     from tunefleet.http.app import ServerOptions
     from tunefleet.http.leadership import Leadership
-    from tunefleet.http.metrics import Metrics
     from tunefleet.http.stream_watch import StreamWatch
     from tunefleet.jobconfigs import ConfigCatalog
+    from tunefleet.metrics import Metrics
     from tunefleet.storage.store import Store
 
 OPTIONS: web.AppKey[ServerOptions] = web.AppKey("options")

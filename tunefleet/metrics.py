@@ -1,0 +1,111 @@
+"""The orchestrator's own Prometheus metrics (not the jobs' training metrics: those are
+``metric_table.py`` and ``storage/store_metrics.py``).
+
+A room of its own, outside http/, so the actors count dispatches, requeues and
+heartbeats without knowing aiohttp; http/ only serves ``GET /metrics`` and times
+requests (``http/metrics.py``). Each ``Metrics`` owns its own ``CollectorRegistry``
+(never the process-global one), so a test process can build several fleets side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from tunefleet.fsm.worker import WorkerState
+
+NAMESPACE = "tunefleet"
+# Dispatch is an in-memory hand-off plus one database write: most land in the
+# sub-10 ms buckets; the long tail (a slow disk, a busy database) up to 10 s.
+DISPATCH_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075,
+    0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+HTTP_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+_WORKER_STATES = frozenset(state.value for state in WorkerState)
+
+
+class Metrics:
+    """Every metric the orchestrator exports, on a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.workers_by_state = Gauge(
+            "workers", "Known workers by state.", ["state"], namespace=NAMESPACE, registry=r
+        )
+        self.queue_depth = Gauge(
+            "queue_depth", "Jobs waiting for a worker (pending).", namespace=NAMESPACE, registry=r
+        )
+        self.jobs_running = Gauge(
+            "jobs_running",
+            "Jobs dispatched or running on a worker.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.dispatch_latency = Histogram(
+            "dispatch_latency_seconds",
+            "Time from a job becoming pending (submitted or requeued) to its dispatch.",
+            buckets=DISPATCH_BUCKETS_S,
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.heartbeats = Counter(
+            "heartbeats", "Heartbeats received from workers.", namespace=NAMESPACE, registry=r
+        )
+        self.requeues = Counter(
+            "job_requeues",
+            "Jobs put back in the queue, by reason.",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.jobs_finished = Counter(
+            "jobs_finished",
+            "Jobs that reached a terminal state, by outcome.",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.registrations = Counter(
+            "worker_registrations",
+            "Worker registration attempts, by outcome.",
+            ["outcome"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.auth_failures = Counter(
+            "auth_failures",
+            "Rejected credentials, by kind (worker_token, api_token, permission).",
+            ["kind"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.http_request_duration = Histogram(
+            "http_request_duration_seconds",
+            "HTTP request handling time by method, route template and status.",
+            ["method", "route", "status"],
+            buckets=HTTP_BUCKETS_S,
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.set_worker_counts({})
+
+    def set_worker_counts(self, counts: Mapping[str, int]) -> None:
+        """Set the per-state gauge from a full count; states not in ``counts`` are 0,
+        so every state is always exported (absent series break rate/alert queries)."""
+        for state in WorkerState:
+            self.workers_by_state.labels(state=state.value).set(counts.get(state.value, 0))
+        for name, count in counts.items():
+            if name not in _WORKER_STATES:
+                self.workers_by_state.labels(state=name).set(count)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition body and its Content-Type. Pass the type as a header
+        (``headers={"Content-Type": ...}``): aiohttp's ``content_type=`` argument
+        refuses a value with parameters."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
