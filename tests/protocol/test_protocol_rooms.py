@@ -19,8 +19,6 @@ CHECKED_ROOMS = ("agent", "cli", "actors")
 # `tunefleet server` starts the orchestrator: the CLI's composition root, the one place
 # outside http/ that must reach into it (run_server, ServerOptions).
 COMPOSITION_ROOTS = frozenset({"cli/server.py"})
-# TODO(rooms branch): Metrics moves out of http/ there; drop this once it has landed.
-KNOWN_EXCEPTIONS = frozenset({("actors/context.py", "tunefleet.http.metrics")})
 
 
 def imported_modules(path: Path, package_dir: Path = PACKAGE) -> list[str]:
@@ -49,17 +47,15 @@ def names(module: str, prefix: str) -> bool:
 
 
 def http_imports(room: str, package_dir: Path = PACKAGE) -> list[tuple[str, str]]:
-    """(file, module) for each import of the HTTP room in ``room``, exemptions left out."""
+    """(file, module) for each import of the HTTP room in ``room``, the composition root
+    left out."""
     found = []
     for path in sorted((package_dir / room).rglob("*.py")):
         relative = path.relative_to(package_dir).as_posix()
         if relative in COMPOSITION_ROOTS:
             continue
         for module in imported_modules(path, package_dir):
-            exempt = any(
-                relative == where and names(module, what) for where, what in KNOWN_EXCEPTIONS
-            )
-            if names(module, FORBIDDEN) and not exempt:
+            if names(module, FORBIDDEN):
                 found.append((relative, module))
     return found
 
@@ -94,9 +90,7 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
     } <= found
 
 
-def test_the_composition_root_and_exceptions_still_exist() -> None:
+def test_the_composition_root_still_exists() -> None:
     """An exemption for a file that no longer imports http/ is a stale hole in the rule."""
     for relative in COMPOSITION_ROOTS:
         assert any(m.startswith(FORBIDDEN) for m in imported_modules(PACKAGE / relative))
-    for relative, module in KNOWN_EXCEPTIONS:
-        assert any(names(found, module) for found in imported_modules(PACKAGE / relative))
