@@ -89,7 +89,7 @@ class Writer:
         self.queue: queue.SimpleQueue[tuple[list[Statement], asyncio.Future[None]] | None]
         self.queue = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._run, name="sqlite-writer", daemon=True)
-        self.commits = 0
+        self.commits = self.writes = 0  # writes per commit: how much group commit groups
 
     def write(self, *statements: Statement) -> asyncio.Future[None]:
         done: asyncio.Future[None] = self.loop.create_future()
@@ -123,6 +123,7 @@ class Writer:
                 log.exception("commit failed; exiting")
                 os._exit(70)
             self.commits += 1
+            self.writes += len(group)
             self.loop.call_soon_threadsafe(_resolve, [done for _, done in group])
             if stopping:
                 return
@@ -268,20 +269,26 @@ class Fleet:
         worker.gpu_count, worker.registered = gpu["count"], True
         resume, abandon = None, None
         held = self.jobs.get(worker.job_id) if worker.job_id else None
-        if held is not None and held.job_id != agent_job:
-            # The agent does not hold the job we gave it (a lost job_submit): requeue it.
-            held.state, held.worker_id, worker.job_id = "pending", None, None
-            self.pending.appendleft(held)
-            statements += [
-                ("UPDATE jobs SET state='pending', worker_id=NULL WHERE job_id=?",
-                 (held.job_id,)),
-                ("UPDATE workers SET current_job_id=NULL WHERE worker_id=?", (worker.worker_id,)),
-            ]  # fmt: skip
-        elif held is not None:
+        if held is not None and held.job_id == agent_job:
             resume = {"job_id": held.job_id, "config_name": None, "status": held.state}
-        elif agent_job:
-            abandon = agent_job
+        else:
+            abandon = agent_job or None  # a job it names that is not its own
+            if held is not None:
+                # The agent does not hold the job we gave it (a lost job_submit): requeue.
+                held.state, held.worker_id, worker.job_id = "pending", None, None
+                self.pending.appendleft(held)
+                statements += [
+                    ("UPDATE jobs SET state='pending', worker_id=NULL WHERE job_id=?",
+                     (held.job_id,)),
+                    ("UPDATE workers SET current_job_id=NULL WHERE worker_id=?",
+                     (worker.worker_id,)),
+                ]  # fmt: skip
         await self.db.write(*statements)
+        if held is not None and held.state == "pending":  # requeued: another may take it
+            other = self.idle_worker_for(held)
+            if other is not None:
+                self.pending.remove(held)
+                await self.place(held, other)
         return {
             "worker_id": worker.worker_id,
             "sse_url": f"/api/workers/stream?worker_id={worker.worker_id}",
@@ -484,7 +491,15 @@ async def submit(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ready", "workers": len(request.app[FLEET].workers)})
+    fleet = request.app[FLEET]
+    return web.json_response(
+        {
+            "status": "ready",
+            "workers": len(fleet.workers),
+            "writes": fleet.db.writes,
+            "commits": fleet.db.commits,
+        }
+    )
 
 
 def make_app(db_path: str, admin_token: str = ADMIN_TOKEN) -> web.Application:

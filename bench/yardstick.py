@@ -20,7 +20,9 @@ about the same load on a shared machine; every row's note carries that load.
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +83,8 @@ def run() -> list[Row]:
         for kind, server_class in SERVERS.items():
             with session("sqlite", f"yardstick-{kind}", server_class=server_class) as s:
                 measured[kind] = measure(s)
+                if server_class is MinimalServer:
+                    measured[kind].note += _group_commit_note(s.server.port)
             raw[f"{measure.__name__[1:]} {kind}"] = measured[kind].raw
         for figure in figures:
             rows += _figure_rows(figure, measured)
@@ -107,6 +111,13 @@ def _figure_rows(figure: Figure, measured: dict[str, Measured]) -> list[Row]:
         row(f"{figure.name}: minimal", round(b, 3), figure.unit, None, mini.note),
         row(f"{figure.name}: ratio", round(_ratio(figure, a, b), 2), "x", TARGET, how),
     ]
+
+
+def _group_commit_note(port: int) -> str:
+    """How many writes the minimal server's commits carried, over the whole session."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as resp:
+        ready = json.loads(resp.read())
+    return f"; {ready['writes']:,} writes in {ready['commits']:,} commits (the session)"
 
 
 def _print_side_by_side(lines: list[tuple[str, str, str, str]]) -> None:

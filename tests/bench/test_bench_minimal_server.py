@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -105,4 +106,57 @@ def test_it_refuses_what_tunefleet_refuses(server: MinimalServer) -> None:
     path = f"/api/workers/job/{submitted['job_id']}/status"
     assert call(server, path, {"status": "running"}, worker)[0] == 403
     assert call(server, "/api/workers/job/job_nope/status", {}, worker)[0] == 404
+    assert stored(server, "SELECT state, worker_id FROM jobs") == [("pending", None)]
+    # The heartbeat is written with the others of its second, not on its own.
+    deadline = time.monotonic() + 10
+    while stored(server, "SELECT last_heartbeat FROM workers") == [(None,)]:
+        assert time.monotonic() < deadline, "the heartbeat was never written"
+        time.sleep(0.1)
+
+
+def next_job_submit(server: MinimalServer, worker_id: str, token: str) -> dict[str, Any]:
+    """Open the worker's stream and read up to its first job_submit; then close it."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/api/workers/stream?worker_id={worker_id}",
+        headers={"X-Worker-Token": token},
+    )
+    with urllib.request.urlopen(request, timeout=10) as stream:
+        for raw in stream:
+            line = raw.decode().strip()
+            if line.startswith("data: ") and '"job_submit"' in line:
+                return dict(json.loads(line[6:]))
+    raise AssertionError("the stream ended before a job_submit")
+
+
+@pytest.mark.e2e
+def test_what_it_answered_survives_a_kill_and_a_lost_job_submit_is_requeued(
+    server: MinimalServer,
+) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    made = call(server, "/api/admin/workers", {"name": "w"}, admin)[1]
+    worker_id, worker = made["worker_id"], {"X-Worker-Token": made["token"]}
+    submitted = call(server, "/api/queue/submit", {"config": {"steps": 1}}, admin)[1]
+    job_id = submitted["job_id"]
+    assert submitted["status"] == "pending"
+
+    # SIGKILL: only what was committed is left; the worker and the job were.
+    server.kill()
+    server.start(timeout_s=30)
+    call(server, "/api/workers/register", {"name": "w"}, worker)
+    event = next_job_submit(server, worker_id, made["token"])
+    assert event["job_id"] == job_id and event["config"] == {"steps": 1}
+    assert event["upload_token"] == "" and event["attempt"] == 1
+    assert stored(server, "SELECT state, worker_id FROM jobs") == [("dispatched", worker_id)]
+
+    # Registering again while holding it: told to resume it.
+    held = call(server, "/api/workers/register", {"name": "w", "current_job_id": job_id}, worker)
+    assert held[1]["resume_job"]["job_id"] == job_id and held[1]["abandon_job"] is None
+    # Registering without it (the job_submit was lost): it goes back to the queue, and
+    # the next stream gets it again.
+    call(server, "/api/workers/register", {"name": "w"}, worker)
+    assert stored(server, "SELECT state, worker_id FROM jobs") == [("pending", None)]
+    assert next_job_submit(server, worker_id, made["token"])["job_id"] == job_id
+    # Naming a job that is not its own: told to abandon it; the one it holds is requeued.
+    other = call(server, "/api/workers/register", {"name": "w", "current_job_id": "j_x"}, worker)
+    assert other[1]["abandon_job"] == "j_x" and other[1]["resume_job"] is None
     assert stored(server, "SELECT state, worker_id FROM jobs") == [("pending", None)]
