@@ -275,3 +275,138 @@ async def test_a_lost_postgres_connection_is_reopened(db: Database) -> None:
         await db.write(_insert_worker("w_lost"))
     assert await db.write(_insert_worker("w_after")) == "w_after"
     assert await db.read(_worker_ids) == ["w_after"]
+
+
+# --- group commit across requests: lingering for writes that arrive a moment later ----
+
+
+async def test_a_lone_writer_never_lingers(db: Database) -> None:
+    """One request at a time: every write commits at once (counted, never timed)."""
+    before = db.stats
+    for i in range(5):
+        await db.write(_insert_worker(f"w_{i}"))
+        await db.read(_worker_ids)
+    after = db.stats
+    assert after.lingers == before.lingers
+    assert after.write_groups - before.write_groups == 5
+
+
+class LateArrival:
+    """Stands in for the linger's sleep: while the DB thread lingers, another request
+    queues a write (exactly when the linger runs, so the test counts instead of timing)."""
+
+    def __init__(self, db: Database, fn: Callable[[], object]) -> None:
+        self.db = db
+        self.fn = fn
+        self.loop = asyncio.get_running_loop()
+        self.writes: list[asyncio.Future[object]] = []
+        self.waits: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if len(self.waits) > 1:
+            return
+        queued = threading.Event()
+
+        def start() -> None:
+            self.writes.append(asyncio.ensure_future(self.db.write(self.fn)))
+            self.loop.call_soon(queued.set)  # the task has put its call in the queue
+
+        self.loop.call_soon_threadsafe(start)
+        if not queued.wait(timeout=10):
+            raise TimeoutError("the late write was never queued")
+
+    async def result(self) -> object:
+        return await self.writes[0]
+
+
+async def _make_concurrent(db: Database) -> None:
+    """Two writes queued together: the DB thread has now seen requests overlap."""
+    gate, held = await _hold_thread(db)
+    writes = [asyncio.create_task(db.write(_insert_worker(f"w_busy{i}"))) for i in range(2)]
+    await _queued(db, 2)
+    gate.release.set()
+    await held
+    await asyncio.gather(*writes)
+
+
+async def test_after_overlapping_writes_a_write_arriving_during_the_linger_shares_its_commit(
+    db: Database,
+) -> None:
+    late = LateArrival(db, _insert_worker("w_late"))
+    db._sleep = late
+    await _make_concurrent(db)
+    before = db.stats
+    assert await db.write(_insert_worker("w_first")) == "w_first"
+    assert await late.result() == "w_late"
+    after = db.stats
+    assert late.waits[0] == pytest.approx(0.0003)
+    assert after.lingers - before.lingers == 1
+    assert after.writes - before.writes == 2
+    assert after.write_groups - before.write_groups == 1  # one transaction, one fsync
+    assert "w_late" in await db.read(_worker_ids)
+
+
+async def test_a_failing_write_that_joined_during_the_linger_undoes_only_itself(
+    db: Database,
+) -> None:
+    def insert_then_fail() -> None:
+        _insert_worker("w_doomed")()
+        raise ValueError("changed my mind")
+
+    late = LateArrival(db, insert_then_fail)
+    db._sleep = late
+    await _make_concurrent(db)
+    before = db.stats
+    assert await db.write(_insert_worker("w_kept")) == "w_kept"
+    with pytest.raises(ValueError, match="changed my mind"):
+        await late.result()
+    after = db.stats
+    assert after.write_groups - before.write_groups == 1
+    assert after.failed_writes - before.failed_writes == 1
+    ids = await db.read(_worker_ids)
+    assert "w_kept" in ids
+    assert "w_doomed" not in ids
+
+
+async def test_concurrency_seen_before_a_quiet_spell_is_forgotten(db: Database) -> None:
+    await _make_concurrent(db)
+    now = [1000.0]
+
+    def quiet_clock() -> float:  # every look at the clock finds a minute gone
+        now[0] += 60.0
+        return now[0]
+
+    db._monotonic = quiet_clock
+    before = db.stats.lingers
+    await db.write(_insert_worker("w_after_a_while"))
+    assert db.stats.lingers == before
+
+
+async def test_overlapping_writers_share_commits(db: Database) -> None:
+    """Ten requests writing at once, five writes each: far fewer commits than writes."""
+
+    async def writer(n: int) -> None:
+        for i in range(5):
+            await db.write(_insert_worker(f"w_{n}_{i}"))
+
+    before = db.stats
+    await asyncio.gather(*(writer(n) for n in range(10)))
+    after = db.stats
+    assert after.writes - before.writes == 50
+    assert after.write_groups - before.write_groups < 25
+
+
+async def test_no_linger_when_turned_off(db_target: DbTarget) -> None:
+    db = await open_database(db_target.url, db_target.data_dir, linger_s=0)
+    try:
+        await _make_concurrent(db)
+        await db.write(_insert_worker("w_next"))
+        assert db.stats.lingers == 0
+    finally:
+        await db.close()
+
+
+async def test_linger_must_not_be_negative(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="linger_s"):
+        await open_database(None, tmp_path, linger_s=-0.001)
