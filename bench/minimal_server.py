@@ -464,8 +464,9 @@ async def job_status(request: web.Request) -> web.StreamResponse:
         raise fail(403, "Worker not assigned to this job")
     if job.state in TERMINAL:
         raise fail(409, f"job {job_id} is already {job.state}; abandon it")
-    status = {"training": "running"}.get(body.get("status"), body.get("status"))
-    if status not in ("starting", "running", *TERMINAL):
+    status = body.get("status")
+    status = "running" if status == "training" else status  # SimpleTuner's agent's word
+    if not isinstance(status, str) or status not in ("starting", "running", *TERMINAL):
         raise fail(400, f"unknown status {status!r}")
     ended = await fleet.report(worker, job, status)
     response = web.json_response({"success": True})

@@ -105,6 +105,7 @@ def test_it_refuses_what_tunefleet_refuses(server: MinimalServer) -> None:
     assert submitted["status"] == "pending" and submitted["queue_position"] == 1
     path = f"/api/workers/job/{submitted['job_id']}/status"
     assert call(server, path, {"status": "running"}, worker)[0] == 403
+    assert call(server, "/api/workers/register", [], worker)[0] == 400
     assert call(server, "/api/workers/job/job_nope/status", {}, worker)[0] == 404
     assert stored(server, "SELECT state, worker_id FROM jobs") == [("pending", None)]
     # The heartbeat is written with the others of its second, not on its own.
@@ -146,6 +147,9 @@ def test_what_it_answered_survives_a_kill_and_a_lost_job_submit_is_requeued(
     event = next_job_submit(server, worker_id, made["token"])
     assert event["job_id"] == job_id and event["config"] == {"steps": 1}
     assert event["upload_token"] == "" and event["attempt"] == 1
+    path = f"/api/workers/job/{job_id}/status"
+    for bad in ({"status": ["running"]}, {"status": "sleeping"}, {}):
+        assert call(server, path, bad, worker)[0] == 400, bad
     assert stored(server, "SELECT state, worker_id FROM jobs") == [("dispatched", worker_id)]
 
     # Registering again while holding it: told to resume it.
