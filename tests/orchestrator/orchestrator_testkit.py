@@ -1,6 +1,6 @@
 """Drive a real Fleet (actors, SQLite store, audit, metrics) without HTTP.
 
-``FleetHarness`` assembles a FleetContext and Fleet the way tunefleet/http/app.py does,
+``FleetHarness`` builds its Fleet with ``build_fleet``, as tunefleet/http/app.py does,
 on a ``SettlingClock``: a FakeClock that, after each timer it fires, waits until every
 other task (actors awaiting the DB thread included) has finished, so a chain of effects
 (heartbeat expiry → worker lost → job requeued → dispatched again) completes before the
@@ -20,18 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from tunefleet.actors import messages as m
+from tunefleet.actors.build import build_fleet
 from tunefleet.actors.clock import Clock, FakeClock
 from tunefleet.actors.context import FleetContext, FleetSettings
-from tunefleet.actors.events import EventHub
 from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.job_actor import JobActor
-from tunefleet.actors.persistence import Persistence
 from tunefleet.actors.records import JobRecord, WorkerRecord
-from tunefleet.actors.runtime import ActorSystem
 from tunefleet.actors.stream import StreamConnection, StreamEvent
 from tunefleet.actors.worker_actor import WorkerActor
 from tunefleet.audit import AuditLog
-from tunefleet.metrics import Metrics
 from tunefleet.storage.database import Database, open_database
 from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobRow
 from tunefleet.storage.store import Store
@@ -153,18 +150,9 @@ class FleetHarness:
         db = await open_database(None, data_dir)
         store = Store(db, now=clock.time)
         audit = AuditLog(store.append_audit, data_dir / "audit.jsonl", clock)
-        ctx = FleetContext(
-            settings=settings,
-            clock=clock,
-            system=ActorSystem(clock),
-            persistence=Persistence(store),
-            audit=audit,
-            hub=EventHub(),
-            metrics=Metrics(),
-        )
-        fleet = Fleet(ctx)
+        fleet = build_fleet(store, clock, settings, audit)
         await fleet.start(local_worker=local_worker)
-        harness = cls(data_dir, clock, settings, db, store, audit, ctx, fleet)
+        harness = cls(data_dir, clock, settings, db, store, audit, fleet.ctx, fleet)
         await harness.settle()
         return harness
 

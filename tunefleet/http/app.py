@@ -14,13 +14,12 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from tunefleet.actors.build import build_fleet
 from tunefleet.actors.clock import Clock, RealClock
-from tunefleet.actors.context import FleetContext, FleetSettings
+from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.events import EventHub
 from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
-from tunefleet.actors.persistence import Persistence
-from tunefleet.actors.runtime import ActorSystem
 from tunefleet.agent.gpu import GpuProbe
 from tunefleet.artifacts.backends import open_store
 from tunefleet.artifacts.service import Artifacts
@@ -239,32 +238,23 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     metrics = app[keys.METRICS]
     hub = app[keys.HUB]
     audit = AuditLog(store.append_audit, options.data_dir / "audit.jsonl", clock)
-    system = ActorSystem(clock)
     isolation = plan_local(options) if options.local_runner else None
     settings = options.fleet_settings()
     if isolation is not None and isolation.off_reason is not None:
         off = f"the local runner is off: {isolation.off_reason}"
         settings = replace(settings, local_runner=False, local_runner_off=off)
         log.warning("local runner off", reason=isolation.off_reason)
-    ctx = FleetContext(
-        settings=settings,
-        clock=clock,
-        system=system,
-        persistence=Persistence(store),
-        audit=audit,
-        hub=hub,
-        metrics=metrics,
-    )
     artifacts = Artifacts(
         open_store(options.artifact_store, options.data_dir, options.s3_endpoint_url),
         store,
         audit,
         options.keep_checkpoints,
     )
-    ctx.artifacts = artifacts
+    fleet = build_fleet(
+        store, clock, settings, audit, metrics=metrics, hub=hub, artifacts=artifacts
+    )
     artifacts.start_tidying()
     app[keys.ARTIFACTS] = artifacts
-    fleet = Fleet(ctx)
     probe = GpuProbe()
     inventory = probe.inventory()
     local = local_worker_record(inventory, clock.time()) if settings.local_runner else None
