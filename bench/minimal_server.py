@@ -17,8 +17,9 @@ commit), and each request is answered when its own write is durable. A job place
 an idle worker is written once, already dispatched. A worker gets its next job only
 after the answer to its completion report is written (SimpleTuner's agent drops a
 ``job_submit`` that arrives while that report is in flight). A failed commit ends the
-process, so memory never runs ahead of the database; the state is reloaded at start.
-Heartbeats are kept in memory and written once a second, as tunefleet does.
+process (memory changes first, but nothing uncommitted was answered or sent); the state
+is reloaded at start. Heartbeats are kept in memory and written once a second, as
+tunefleet does.
 
 What it omits that tunefleet guarantees (the honest part of the comparison):
 - no acknowledgement timeout: a ``job_submit`` lost with its stream stays with that
@@ -26,6 +27,8 @@ What it omits that tunefleet guarantees (the honest part of the comparison):
   replay, no event ids;
 - no failure detection: a worker that stops heartbeating keeps its job; no requeue
   on a lost stream, no retries, no attempts beyond the first, no stale-attempt checks;
+  a closed stream is noticed when a job would go to it (tunefleet: within 0.25 s), and
+  a peer that vanished without closing its socket is not bounded at all;
 - no audit trail, no job timeline or history, no HA leadership or fencing (one
   process, one SQLite file), no PostgreSQL;
 - no actors: plain dicts mutated on the event loop;
@@ -34,8 +37,8 @@ What it omits that tunefleet guarantees (the honest part of the comparison):
 - no configuration catalog (``config`` inline only), targets, labels, VRAM or GPU name
   matching, priorities or cancellation: a job asks for ``gpu_count`` GPUs and goes
   to the longest-idle connected worker with that many, or waits in FIFO order;
-- no upload tokens, artifacts, logs, metrics, request ids, access log, body schemas
-  beyond what the handlers read, drain, shutdown, or the rest of the API and the UI.
+- no upload tokens, artifacts, job logs, metrics, request ids, access or info logging,
+  body schemas beyond what the handlers read, drain, shutdown, or the rest of the API.
 """
 
 from __future__ import annotations
