@@ -78,7 +78,12 @@ def session(
     work_dir = Path(tempfile.mkdtemp(prefix=f"tunefleet-bench-{name}-"))
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(postgres_schema()) if backend == "postgresql" else None
-        server = server_class(work_dir / "server", url, heartbeat_timeout_s=heartbeat_timeout_s)
+        server = server_class(
+            work_dir / "server",
+            url,
+            heartbeat_timeout_s=heartbeat_timeout_s,
+            profile_name=f"{name}-{backend}",
+        )
         server.start()
         stack.callback(server.stop)
         gen = LoadGenProcess(server.port, server.pid, work_dir / "loadgen.log", pool=pool)

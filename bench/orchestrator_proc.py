@@ -3,6 +3,10 @@
 The server runs exactly as an operator starts it (``python -m tunefleet server``), with
 the open-file limit raised to its hard limit so ten thousand streams fit. PostgreSQL
 runs get a fresh schema of their own through libpq's ``options``.
+
+``TUNEFLEET_BENCH_PROFILE=1`` also samples the server with py-spy (the ``bench`` extra)
+from start to stop, and saves the collapsed stacks of every thread, CPU samples only, as
+``bench/results/profile-<name>.txt`` (flamegraph.pl or speedscope read them).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ ADMIN_TOKEN = "tf_bench-admin-token-not-a-secret-0123456789abcdef"
 PG_DSN = {"host": "127.0.0.1", "port": 5432, "dbname": "test", "user": "postgres"}
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+PROFILE = os.environ.get("TUNEFLEET_BENCH_PROFILE", "") not in ("", "0")
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+PROFILE_RATE_HZ = 250
 
 
 def free_port() -> int:
@@ -84,6 +91,9 @@ class Orchestrator:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0  # time.time() at spawn
     ready_at: float = 0.0  # time.time() when /readyz first said ready
+    # With TUNEFLEET_BENCH_PROFILE: bench/results/profile-<profile_name>.txt.
+    profile_name: str | None = None
+    profiler: subprocess.Popen[bytes] | None = None
 
     @property
     def pid(self) -> int:
@@ -95,12 +105,14 @@ class Orchestrator:
         """Spawn it and wait until it is ready; a `standby` only until it answers."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = self.command()
+        profiler = self._profiler_command()
         log = (self.data_dir / "server.log").open("ab")
         self.started_at = time.time()
         self.process = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_open_file_limit
         )
         log.close()
+        self._start_profiler(profiler)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -136,6 +148,41 @@ class Orchestrator:
             args += ["--database-url", self.database_url]
         return args
 
+    def _profiler_command(self) -> list[str] | None:
+        """py-spy's command line but the pid; None when not profiling. Checked before the
+        server starts, so a missing py-spy leaves no server behind."""
+        if not (PROFILE and self.profile_name):
+            return None
+        py_spy = Path(sys.executable).with_name("py-spy")
+        if not py_spy.exists():
+            raise RuntimeError("TUNEFLEET_BENCH_PROFILE needs py-spy: pip install -e '.[bench]'")
+        RESULTS_DIR.mkdir(exist_ok=True)
+        out = RESULTS_DIR / f"profile-{self.profile_name}.txt"
+        rate = str(PROFILE_RATE_HZ)
+        # --threads: the event loop apart from the database and audit threads.
+        output = str(out)
+        return [str(py_spy), "record", "--format", "raw", "--threads", "--rate", rate, "-o", output]
+
+    def _start_profiler(self, command: list[str] | None) -> None:
+        if command is None or self.process is None:
+            return
+        self.profiler = subprocess.Popen(
+            [*command, "--pid", str(self.process.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def _stop_profiler(self) -> None:
+        """py-spy writes its file when the server has exited (or on SIGINT)."""
+        if self.profiler is None:
+            return
+        try:
+            self.profiler.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.profiler.send_signal(signal.SIGINT)
+            self.profiler.wait(timeout=30)
+        self.profiler = None
+
     def _ready(self) -> bool:
         url = f"http://127.0.0.1:{self.port}/readyz"
         try:
@@ -164,6 +211,7 @@ class Orchestrator:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=30)
+        self._stop_profiler()
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -172,6 +220,7 @@ class Orchestrator:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._stop_profiler()
 
     def log_tail(self, n_chars: int = 3000) -> str:
         path = self.data_dir / "server.log"

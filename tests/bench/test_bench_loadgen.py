@@ -14,6 +14,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench import orchestrator_proc  # noqa: E402
 from bench.fleet_common import percentile  # noqa: E402
 from bench.loadgen import LoadGenError, LoadGenProcess  # noqa: E402
 from bench.loadgen_http import ChunkDecoder, HttpError, build_request, parse_head  # noqa: E402
@@ -102,3 +103,31 @@ def test_percentile_is_nearest_rank() -> None:
     values = list(range(1, 101))
     assert percentile(values, 50) == 50 and percentile(values, 99) == 99
     assert percentile(values, 100) == 100 and percentile([7.0], 99) == 7.0
+
+
+def test_profiling_without_py_spy_is_refused_before_a_server_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(orchestrator_proc, "PROFILE", True)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    server = Orchestrator(tmp_path / "server", profile_name="t")
+    with pytest.raises(RuntimeError, match="needs py-spy"):
+        server.start(timeout_s=5)
+    assert server.process is None
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(
+    not Path(sys.executable).with_name("py-spy").exists(), reason="py-spy: the bench extra"
+)
+def test_a_profiled_server_leaves_its_collapsed_stacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(orchestrator_proc, "PROFILE", True)
+    monkeypatch.setattr(orchestrator_proc, "RESULTS_DIR", tmp_path / "results")
+    server = Orchestrator(tmp_path / "server", profile_name="t").start(timeout_s=30)
+    server.stop()
+    stacks = (tmp_path / "results" / "profile-t.txt").read_text().splitlines()
+    # One "thread (tid): name;frame;frame... count" line per distinct stack.
+    assert stacks and all(line.startswith("thread (") for line in stacks)
+    assert any("MainThread" in line and "run_forever" in line for line in stacks)
