@@ -17,6 +17,7 @@ from tunefleet.http.errors import (
     ApiError,
     error_middleware,
     error_response,
+    new_request_id,
     one_line,
     request_id,
 )
@@ -234,3 +235,43 @@ def test_error_response_body_and_headers() -> None:
 
 def test_request_id_outside_the_middleware_is_a_dash() -> None:
     assert request_id(make_mocked_request("GET", "/")) == "-"
+
+
+async def test_log_lines_of_a_request_carry_its_id(client: TestClient) -> None:
+    merge = structlog.contextvars.merge_contextvars
+    with structlog.testing.capture_logs(processors=[merge]) as logs:
+        response = await client.get("/boom", headers={REQUEST_ID_HEADER: "trace-7"})
+    assert response.headers[REQUEST_ID_HEADER] == "trace-7"
+    failures = [e for e in logs if e["event"] == "request_failed"]
+    assert [e["request_id"] for e in failures] == ["trace-7"]
+
+
+@pytest.mark.parametrize("outcome", ["ok", "error"])
+async def test_the_request_id_binding_ends_with_the_request(outcome: str) -> None:
+    """What was bound before (an outer request, a task's own context) comes back."""
+    seen: list[object] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(structlog.contextvars.get_contextvars().get("request_id"))
+        if outcome == "error":
+            raise ApiError(409, "no")
+        return web.Response()
+
+    request = make_mocked_request("GET", "/x", headers={REQUEST_ID_HEADER: "inner"})
+    with structlog.contextvars.bound_contextvars(request_id="outer"):
+        response = await error_middleware(request, handler)
+        assert structlog.contextvars.get_contextvars()["request_id"] == "outer"
+    assert "request_id" not in structlog.contextvars.get_contextvars()
+    assert seen == ["inner"]
+    assert response.headers[REQUEST_ID_HEADER] == "inner"
+
+
+async def test_a_blank_incoming_request_id_is_replaced(client: TestClient) -> None:
+    response = await client.get("/ok", headers={REQUEST_ID_HEADER: "   "})
+    assert re.fullmatch(r"[0-9a-f]{16}", response.headers[REQUEST_ID_HEADER])
+
+
+def test_generated_request_ids_are_16_hex_digits_and_do_not_repeat() -> None:
+    ids = {new_request_id() for _ in range(10_000)}
+    assert len(ids) == 10_000
+    assert all(re.fullmatch(r"[0-9a-f]{16}", rid) for rid in ids)

@@ -9,13 +9,14 @@ log. Every response carries ``X-Request-ID``.
 
 from __future__ import annotations
 
+import random
 import re
-import uuid
 from collections.abc import Mapping
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from tunefleet.errors import TunefleetError
 from tunefleet.logging import redact_text
@@ -29,6 +30,9 @@ MAX_DETAIL_CHARS = 300
 # so it can go into logs and headers as it is.
 _SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _WHITESPACE = re.compile(r"\s+")
+# Request ids correlate log lines; nobody needs to guess them, so a generator of our own,
+# seeded from os.urandom, does instead of uuid4 (a tenth of the cost, on every request).
+_REQUEST_ID_BITS = random.Random()
 
 
 class ApiError(TunefleetError):
@@ -67,7 +71,8 @@ def error_response(
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex[:16]
+    """16 hex digits (64 random bits)."""
+    return f"{_REQUEST_ID_BITS.getrandbits(64):016x}"
 
 
 def request_id(request: web.Request) -> str:
@@ -76,7 +81,10 @@ def request_id(request: web.Request) -> str:
 
 
 def _incoming_request_id(request: web.Request) -> str | None:
-    value = request.headers.get(REQUEST_ID_HEADER, "").strip()
+    value = request.headers.get(REQUEST_ID_HEADER)
+    if value is None:
+        return None
+    value = value.strip()
     return value if _SAFE_REQUEST_ID.fullmatch(value) else None
 
 
@@ -108,25 +116,29 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     """Render every failure as JSON ``{"detail"}`` and tag every response with a request id."""
     rid = _incoming_request_id(request) or new_request_id()
     request[REQUEST_ID_KEY] = rid
-    with structlog.contextvars.bound_contextvars(request_id=rid):
-        try:
-            response = await handler(request)
-        except ApiError as error:
-            log.debug("api_error", status=error.status, detail=error.detail, path=request.path)
-            response = error_response(error.status, error.detail, error.headers)
-        except web.HTTPException as error:
-            if error.status < 400:
-                # Redirects and raised successes keep aiohttp's own handling.
-                error.headers[REQUEST_ID_HEADER] = rid
-                raise
-            detail = _http_exception_detail(request, error)
-            response = error_response(error.status, detail, _passed_headers(error))
-        except TunefleetError as error:
-            response = _domain_error_response(request, error, rid)
-        except Exception:
-            # CancelledError is a BaseException and passes through untouched.
-            log.exception("request_failed", method=request.method, path=request.path)
-            response = error_response(500, internal_error_detail(rid))
+    # Every log line of the request carries its id. bind/reset, not bound_contextvars():
+    # the same binding without a generator and a copy of the whole context per request.
+    tokens = bind_contextvars(request_id=rid)
+    try:
+        response = await handler(request)
+    except ApiError as error:
+        log.debug("api_error", status=error.status, detail=error.detail, path=request.path)
+        response = error_response(error.status, error.detail, error.headers)
+    except web.HTTPException as error:
+        if error.status < 400:
+            # Redirects and raised successes keep aiohttp's own handling.
+            error.headers[REQUEST_ID_HEADER] = rid
+            raise
+        detail = _http_exception_detail(request, error)
+        response = error_response(error.status, detail, _passed_headers(error))
+    except TunefleetError as error:
+        response = _domain_error_response(request, error, rid)
+    except Exception:
+        # CancelledError is a BaseException and passes through untouched.
+        log.exception("request_failed", method=request.method, path=request.path)
+        response = error_response(500, internal_error_detail(rid))
+    finally:
+        reset_contextvars(**tokens)
     if not response.prepared:
         response.headers[REQUEST_ID_HEADER] = rid
     return response
