@@ -310,24 +310,30 @@ async def test_an_advertised_endpoint_that_cannot_be_reached_falls_back_to_the_a
 
 def test_the_plan_knows_the_orchestrator_url_as_a_fallback() -> None:
     from tunefleet.agent.job_artifacts import artifact_plan
+    from tunefleet.agent.job_events import ArtifactPlan
+    from tunefleet.protocol.events import JobSubmitEvent
+
+    def plan_of(base_url: str = "http://x", **fields: object) -> ArtifactPlan | None:
+        return artifact_plan(JobSubmitEvent.model_validate({"job_id": "j_1", **fields}), base_url)
 
     submit = {
         "upload_endpoint": "http://gpu-head.internal:8001/api/artifacts",
         "upload_token": TOKEN,
         "resume_checkpoint": "checkpoint-200",
     }
-    plan = artifact_plan(submit, "https://orch.example.com:8443")
+    plan = plan_of(**submit, base_url="https://orch.example.com:8443")
     assert plan is not None
     assert plan.endpoint == "http://gpu-head.internal:8001/api/artifacts"
     assert plan.fallback_endpoint == "https://orch.example.com:8443/api/artifacts"
     assert plan.resume_checkpoint == "checkpoint-200"
-    same = artifact_plan(
-        {**submit, "upload_endpoint": "https://orch.example.com:8443/api/artifacts"},
-        "https://orch.example.com:8443",
+    same = plan_of(
+        **{**submit, "upload_endpoint": "https://orch.example.com:8443/api/artifacts"},
+        base_url="https://orch.example.com:8443",
     )
     assert same is not None and same.fallback_endpoint is None
-    assert artifact_plan({**submit, "upload_endpoint": ""}, "http://x") is None
-    assert artifact_plan({**submit, "upload_token": None}, "http://x") is None
+    assert plan_of(**{**submit, "upload_endpoint": ""}) is None
+    # SimpleTuner's agent fails on a null token; a tunefleet agent reads it as none.
+    assert plan_of(**{**submit, "upload_token": None}) is None
 
 
 async def test_a_failed_download_names_the_object_not_a_presigned_url() -> None:

@@ -17,8 +17,11 @@ from tunefleet.actors.clock import RealClock
 from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.fleet import LOCAL_WORKER_ID
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
+from tunefleet.actors.stream import StreamEvent
 from tunefleet.agent.executor import JobExecutor
-from tunefleet.agent.gpu import GpuInventory
+from tunefleet.agent.gpu import GpuDevice, GpuInventory
+from tunefleet.agent.job_submit import job_spec
+from tunefleet.protocol.events import JobRequirements, JobSubmitEvent
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,13 +146,15 @@ async def test_the_local_trainer_gets_the_upload_credentials() -> None:
         "upload_endpoint": "/api/artifacts",
         "upload_token": "ut_" + "x" * 43,
     }
-    await runner._run(submit)
+    await runner._run(JobSubmitEvent.model_validate(submit))
     env = executor.specs[0].env
     assert env["A"] == "1"
     for name in ("TUNEFLEET", "SIMPLETUNER"):
         assert env[f"{name}_UPLOAD_ENDPOINT"] == "http://127.0.0.1:8001/api/artifacts"
         assert env[f"{name}_UPLOAD_TOKEN"] == submit["upload_token"]
-    await runner._run({**submit, "upload_endpoint": "", "upload_token": ""})
+    await runner._run(
+        JobSubmitEvent.model_validate({**submit, "upload_endpoint": "", "upload_token": ""})
+    )
     assert "TUNEFLEET_UPLOAD_TOKEN" not in executor.specs[1].env
 
 
@@ -165,8 +170,50 @@ async def test_the_local_runner_stores_outputs_and_says_so_in_its_final_report()
         "upload_token": "ut_" + "x" * 43,
         "resume_checkpoint": "checkpoint-40",
     }
-    await runner._run(submit)
+    await runner._run(JobSubmitEvent.model_validate(submit))
     plan = executor.specs[0].artifacts
     assert (plan.endpoint, plan.resume_checkpoint) == (submit["upload_endpoint"], "checkpoint-40")
     final = fleet.reports[-1]
     assert (final.status, final.outputs) == ("completed", {"stored": True, "keys": 2, "bytes": 10})
+
+
+async def test_the_local_runner_runs_what_an_agent_would_run_on_its_gpus() -> None:
+    """It reads a job_submit as a remote agent does (the same model, the same JobSpec)
+    and adds only the GPUs it hands the job."""
+    submit = JobSubmitEvent(
+        job_id="j_1",
+        config={"max_train_steps": 1},
+        upload_endpoint="/api/artifacts",
+        upload_token="ut_" + "x" * 43,
+        resume_checkpoint="checkpoint-10",
+        hf_token="hf_secret",
+        attempt=2,
+        command=["python", "train.py"],
+        env={"EPOCHS": "3"},
+        requirements=JobRequirements(target="local", gpu_count=1),
+    )
+    executor = _RecordingExecutor()
+    fleet = _QuietFleet()
+    inventory = GpuInventory(devices=(GpuDevice(0, "A100", 80.0), GpuDevice(1, "A100", 80.0)))
+    runner = LocalRunner(
+        fleet,  # type: ignore[arg-type]
+        executor,  # type: ignore[arg-type]
+        inventory,
+        orchestrator_url="http://127.0.0.1:8001",
+    )
+    await runner._on_event(StreamEvent(1, "job_submit", submit.model_dump(), "j_1"))
+    assert runner._job_task is not None
+    await runner._job_task
+
+    (spec,) = executor.specs
+    agent = job_spec(submit, "http://127.0.0.1:8001")
+    assert spec.env == {**agent.env, "CUDA_VISIBLE_DEVICES": "0"}
+    assert spec.env["HF_TOKEN"] == "hf_secret"
+    assert (spec.job_id, spec.attempt, spec.command, spec.config, spec.artifacts) == (
+        agent.job_id,
+        agent.attempt,
+        agent.command,
+        agent.config,
+        agent.artifacts,
+    )
+    assert [report.status for report in fleet.reports] == ["starting", "completed"]

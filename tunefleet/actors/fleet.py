@@ -114,7 +114,7 @@ class Fleet:
         elif rec.state == JobState.DISPATCHED:
             # The push may not have reached the agent before the restart: send it again.
             await actor.renew_upload_credentials()
-            worker.tell(m.PushJob(rec.job_id, actor.submit_payload()))
+            worker.tell(m.PushJob(rec.job_id, actor.submit_event()))
             actor.arm_ack_timer()
         elif rec.state == JobState.RUNNING:
             actor.arm_run_timer(elapsed_s=self.ctx.clock.time() - (rec.started_at or 0.0))

@@ -16,6 +16,7 @@ from tunefleet.actors.runtime import Actor
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict, Forbidden
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
+from tunefleet.protocol.events import JobRequirements, JobSubmitEvent
 from tunefleet.tokens import hash_token, new_upload_token
 
 log = structlog.get_logger(__name__)
@@ -135,35 +136,33 @@ class JobActor(JobFsmMixin, Actor):
             raise
         self.upload_token = token
         self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
-        worker.tell(m.PushJob(self.job_id, self.submit_payload()))
+        worker.tell(m.PushJob(self.job_id, self.submit_event()))
         self.arm_ack_timer()
         await self.ctx.audit.recorded(event, stored)
         self._publish()
 
-    def submit_payload(self) -> dict[str, Any]:
+    def submit_event(self) -> JobSubmitEvent:
         rec = self.rec
-        return {
-            "job_id": self.job_id,
-            "config": rec.config,
-            "dataloader": rec.dataloader,
-            "provider": None,
-            # SimpleTuner's agent reads these unconditionally; the token must be a string.
-            "upload_endpoint": self.ctx.settings.upload_endpoint if self.upload_token else "",
-            "upload_token": self.upload_token,
-            "resume_checkpoint": self.resume_checkpoint,
-            "hf_token": None,
-            "config_name": rec.config_name,
-            "attempt": self.attempts,
-            "command": rec.command,
-            "env": rec.env,
-            "requirements": {
-                "target": rec.target,
-                "gpu_count": rec.gpu_count,
-                "min_vram_gb": rec.min_vram_gb,
-                "gpu_name": rec.gpu_name,
-                "worker_labels": rec.worker_labels,
-            },
-        }
+        return JobSubmitEvent(
+            job_id=self.job_id,
+            config=rec.config,
+            dataloader=rec.dataloader,
+            # Only with a token: an endpoint without one would only be refused.
+            upload_endpoint=self.ctx.settings.upload_endpoint if self.upload_token else "",
+            upload_token=self.upload_token,
+            resume_checkpoint=self.resume_checkpoint,
+            config_name=rec.config_name,
+            attempt=self.attempts,
+            command=rec.command,
+            env=rec.env,
+            requirements=JobRequirements(
+                target=rec.target,
+                gpu_count=rec.gpu_count,
+                min_vram_gb=rec.min_vram_gb,
+                gpu_name=rec.gpu_name,
+                worker_labels=rec.worker_labels,
+            ),
+        )
 
     async def renew_upload_credentials(self) -> None:
         """A new upload token for the current attempt (after a restart, when the job_submit

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -21,13 +22,13 @@ from tunefleet.actors.stream import StreamConnection, StreamEvent
 from tunefleet.agent.executor import (
     JobExecutor,
     JobOutcome,
-    JobSpec,
     JobStarted,
     LogBatch,
     ProgressReported,
 )
 from tunefleet.agent.gpu import GpuInventory
-from tunefleet.agent.job_artifacts import artifact_plan, upload_env
+from tunefleet.agent.job_submit import job_spec
+from tunefleet.protocol.events import JobCancelEvent, JobSubmitEvent, read_event
 
 log = structlog.get_logger(__name__)
 
@@ -128,26 +129,26 @@ class LocalRunner:
             await self._on_event(event)
 
     async def _on_event(self, event: StreamEvent) -> None:
-        data = event.data
         if event.type == "job_submit" and self._current is None:
-            self._current = str(data["job_id"])
-            self._job_task = asyncio.create_task(self._run(data), name=f"local-job-{self._current}")
-        elif event.type == "job_cancel" and data.get("job_id") == self._current:
-            await self.executor.cancel(str(data.get("reason") or "cancelled"))
+            submit = read_event(JobSubmitEvent, event.data)
+            if submit is None:
+                log.warning("local runner ignores a job_submit without a job_id")
+                return
+            self._current = submit.job_id
+            self._job_task = asyncio.create_task(
+                self._run(submit), name=f"local-job-{self._current}"
+            )
+        elif event.type == "job_cancel":
+            cancel = read_event(JobCancelEvent, event.data)
+            if cancel is not None and cancel.job_id == self._current:
+                await self.executor.cancel(cancel.reason or "cancelled")
 
-    async def _run(self, data: dict[str, Any]) -> None:
-        job_id = str(data["job_id"])
-        # Outputs go to the artifact store as a remote agent's do (same code, same rules).
-        plan = artifact_plan(data, self.orchestrator_url)
-        spec = JobSpec(
-            job_id=job_id,
-            attempt=int(data.get("attempt") or 1),
-            config=dict(data.get("config") or {}),
-            dataloader=data.get("dataloader"),
-            command=data.get("command"),
-            env={**dict(data.get("env") or {}), **upload_env(plan), **self._gpu_env(data)},
-            artifacts=plan,
-        )
+    async def _run(self, submit: JobSubmitEvent) -> None:
+        job_id = submit.job_id
+        # Read as a remote agent reads it (same code, same rules): outputs go to the
+        # artifact store, credentials and variables reach the trainer alike.
+        spec = job_spec(submit, self.orchestrator_url)
+        spec = replace(spec, env={**spec.env, **self._gpu_env(submit)})
         self._attempt = spec.attempt
         try:
             await self._report(job_id, "starting", None, None)
@@ -178,11 +179,11 @@ class LocalRunner:
             self._progress = None
             self.fleet.report_written(LOCAL_WORKER_ID, job_id)
 
-    def _gpu_env(self, data: dict[str, Any]) -> dict[str, str]:
+    def _gpu_env(self, submit: JobSubmitEvent) -> dict[str, str]:
         """Give the job the GPUs it asked for (all of them when it named none)."""
         if self.inventory.count == 0:
             return {}
-        wanted = int((data.get("requirements") or {}).get("gpu_count") or 0)
+        wanted = submit.requirements.gpu_count if submit.requirements is not None else 0
         count = min(wanted or self.inventory.count, self.inventory.count)
         indices = [str(d.index) for d in self.inventory.devices[:count]]
         return {"CUDA_VISIBLE_DEVICES": ",".join(indices)}

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunefleet.actors.matching import PendingJob, WorkerView
+from tunefleet.protocol.events import JobSubmitEvent
 
 # --- to a WorkerActor -------------------------------------------------------------
 
@@ -75,7 +76,7 @@ class PushJob:
     """The dispatch is committed: put job_submit on the stream."""
 
     job_id: str
-    payload: dict[str, Any]
+    event: JobSubmitEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ from tunefleet.actors.supervisor import Deadline
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict
 from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
+from tunefleet.protocol.events import DrainEvent, JobCancelEvent, ShutdownEvent
+from tunefleet.protocol.events import StreamEvent as WorkerEvent
 
 log = structlog.get_logger(__name__)
 
@@ -119,7 +121,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             case m.PushJob():
                 await self.on_push_job(message)
             case m.PushCancel(job_id=job_id, reason=reason):
-                self.push("job_cancel", {"job_id": job_id, "reason": reason}, job_id)
+                self.push(JobCancelEvent(job_id=job_id, reason=reason), job_id)
             case m.JobAcknowledged(job_id=job_id):
                 self.outbox.acknowledge_job(job_id, "job_submit")
             case m.JobReleased():
@@ -220,7 +222,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             conn.send(event)
         self.force_replay_job = None
         if self.drain_requested:
-            self.push("drain", {})
+            self.push(DrainEvent())
         self.rec.last_seen_at = self.ctx.clock.time()
         self._announce()
         return conn
@@ -258,9 +260,11 @@ class WorkerActor(WorkerFsmMixin, Actor):
             self.connection.close()
             self.connection = None
 
-    def push(self, type_: str, data: dict[str, Any], job_id: str | None = None) -> None:
+    def push(self, message: WorkerEvent, job_id: str | None = None) -> None:
         # A drain is re-sent from state on every new stream, so it need not be kept.
-        event = self.outbox.add(type_, data, job_id, keep=type_ != "drain")
+        kind = message.type
+        data = message.model_dump(exclude={"type"})
+        event = self.outbox.add(kind, data, job_id, keep=kind != "drain")
         if self.connection is not None:
             self.connection.send(event)
 
@@ -336,7 +340,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
     async def on_push_job(self, msg: m.PushJob) -> None:
         if self.current_job_id != msg.job_id:
             return
-        self.push("job_submit", msg.payload, msg.job_id)
+        self.push(msg.event, msg.job_id)
         if self.connection is None:
             # The stream closed between the reservation and this push: nobody read it.
             self.grace.start()
@@ -357,7 +361,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             )
         await self._persist()
         if self.rec.worker_type == "ephemeral" and self.state == WorkerState.DRAINING:
-            self.push("shutdown", {"reason": "worker drained after its job"})
+            self.push(ShutdownEvent(reason="worker drained after its job"))
         if msg.hold_until_report_written:
             self.ctx.hub.publish("worker", worker=self.snapshot())
         else:
@@ -374,7 +378,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             self.retiring = True
             has_work = await self.ctx.scheduler.ask(m.HasWorkFor(self.view()))
             if not has_work:
-                self.push("shutdown", {"reason": "ephemeral worker finished its job"})
+                self.push(ShutdownEvent(reason="ephemeral worker finished its job"))
         self._announce()
 
     def on_stays_for_work(self) -> None:
@@ -389,9 +393,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
         WORKER_LIFECYCLE.fire(self, "drain")
         await self._persist()
         if self.state != WorkerState.OFFLINE:
-            self.push("drain", {})
+            self.push(DrainEvent())
             if self.rec.worker_type == "ephemeral" and self.current_job_id is None:
-                self.push("shutdown", {"reason": "worker drained"})
+                self.push(ShutdownEvent(reason="worker drained"))
         self._announce()
         return self.snapshot()
 
@@ -417,7 +421,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             )
         lost_job = self.current_job_id
         if self.connection is not None:
-            self.push("shutdown", {"reason": "worker deleted by an administrator"})
+            self.push(ShutdownEvent(reason="worker deleted by an administrator"))
         if lost_job is not None and (job := self.ctx.jobs.get(lost_job)) is not None:
             job.tell(m.WorkerLost(self.worker_id, f"worker {self.worker_id} deleted"))
         self.current_job_id = None

@@ -43,7 +43,8 @@ from tunefleet.agent.outbox import Outbox, ReportSender
 from tunefleet.agent.settings import AgentSettings
 from tunefleet.agent.tasks import cancel_task, first_error
 from tunefleet.fsm.worker import WorkerState
-from tunefleet.protocol.sse import SseEvent, decode_event, shutdown_reason
+from tunefleet.protocol.events import JobCancelEvent, ShutdownEvent, read_event
+from tunefleet.protocol.sse import SseEvent, decode_event
 from tunefleet.protocol.tls import client_ssl_context
 
 log = structlog.get_logger(__name__)
@@ -380,12 +381,16 @@ class Agent:
         if kind == "job_submit":
             self.jobs.take(payload)
         elif kind == "job_cancel":
-            reason = str(payload.get("reason") or "cancelled by the orchestrator")
-            await self.jobs.cancel(payload.get("job_id"), reason)
+            cancel = read_event(JobCancelEvent, payload)
+            if cancel is None:
+                log.info("ignoring a job_cancel without a job_id")
+                return
+            await self.jobs.cancel(cancel.job_id, cancel.reason or "cancelled by the orchestrator")
         elif kind == "drain":
             self._on_drain()
         elif kind == "shutdown":
-            why = shutdown_reason(payload)
+            shutdown = read_event(ShutdownEvent, payload) or ShutdownEvent()
+            why = shutdown.reason
             self.request_stop(f"the orchestrator asked this worker to shut down: {why}")
         else:
             log.debug("ignoring an unknown event type", type=kind)

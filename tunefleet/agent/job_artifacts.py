@@ -37,6 +37,7 @@ from tunefleet.agent.uploads import (
     file_sha256,
     retrying,
 )
+from tunefleet.protocol.events import JobSubmitEvent
 
 log = structlog.get_logger(__name__)
 
@@ -64,13 +65,12 @@ class ArtifactOptions:
     cancelled_upload_s: float = 20.0
 
 
-def artifact_plan(payload: dict[str, Any], base_url: str) -> ArtifactPlan | None:
+def artifact_plan(event: JobSubmitEvent, base_url: str) -> ArtifactPlan | None:
     """Where the job's outputs go, from ``upload_endpoint`` (absolute, or a path on the
     orchestrator) and ``upload_token``; None when the job_submit carries no endpoint or
     no token (SimpleTuner's server sends ``""``)."""
-    endpoint = payload.get("upload_endpoint")
-    token = payload.get("upload_token")
-    if not (isinstance(endpoint, str) and endpoint and isinstance(token, str) and token):
+    endpoint, token = event.upload_endpoint, event.upload_token
+    if not (endpoint and token):
         return None
     fallback = None
     if not endpoint.startswith(("http://", "https://")):
@@ -80,9 +80,7 @@ def artifact_plan(payload: dict[str, Any], base_url: str) -> ArtifactPlan | None
         fallback = base_url.rstrip("/") + advertised.path
         if urlsplit(fallback)[:2] == advertised[:2]:
             fallback = None  # the same host: nothing else to try
-    resume = payload.get("resume_checkpoint")
-    resume = resume if isinstance(resume, str) and resume else None
-    return ArtifactPlan(endpoint, token, resume, fallback)
+    return ArtifactPlan(endpoint, token, event.resume_checkpoint, fallback)
 
 
 def upload_env(plan: ArtifactPlan | None) -> dict[str, str]:

@@ -26,9 +26,10 @@ from tunefleet.agent.executor import (
     LogBatch,
     ProgressReported,
 )
-from tunefleet.agent.job_artifacts import artifact_plan, upload_env
+from tunefleet.agent.job_submit import job_spec
 from tunefleet.agent.outbox import Outbox, Report
 from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
+from tunefleet.protocol.events import JobSubmitEvent, read_event
 
 log = structlog.get_logger(__name__)
 
@@ -100,7 +101,7 @@ class JobSlot:
         self.finished = 0  # jobs that ran to an outcome reported here
         self._attempts_seen: set[tuple[str, int]] = set()
         # A job_submit that arrived while an abandoned job's process was still stopping.
-        self._next: dict[str, Any] | None = None
+        self._next: JobSubmitEvent | None = None
         self._cancels: set[asyncio.Task[None]] = set()
 
     @property
@@ -117,19 +118,21 @@ class JobSlot:
 
     # --- orders from the stream ---------------------------------------------------------
 
-    def take(self, payload: dict[str, Any]) -> bool:
+    def take(self, payload: dict[str, Any] | JobSubmitEvent) -> bool:
         """Start the job a job_submit describes, unless it must be ignored (logged)."""
-        job_id = payload.get("job_id")
-        if not isinstance(job_id, str) or not job_id:
+        event = (
+            payload if isinstance(payload, JobSubmitEvent) else read_event(JobSubmitEvent, payload)
+        )
+        if event is None:
             log.warning("ignoring a job_submit without a job_id")
             return False
-        attempt = _positive_int(payload.get("attempt"))
+        job_id, attempt = event.job_id, event.attempt
         running = self.running
         if running is not None and running.abandoned:
             # The orchestrator gave us a job while the abandoned one is still stopping (often
             # the same job, dispatched again): take it as soon as the slot is free.
             log.info("job_submit waits for the abandoned job to stop", job_id=job_id)
-            self._next = payload
+            self._next = event
             return False
         refusal = self._refusal(job_id, attempt)
         if refusal is not None:
@@ -139,7 +142,7 @@ class JobSlot:
             # An orchestrator dispatches to a draining worker only once the drain is lifted.
             log.warning("job dispatched while draining: the drain was lifted", job_id=job_id)
             self.lifecycle.fire("resume")
-        job = ActiveJob(spec=job_spec(payload, job_id, attempt, self.base_url))
+        job = ActiveJob(spec=job_spec(event, self.base_url))
         self.lifecycle.fire("assign")
         self.lifecycle.current_job_id = job_id
         self.running = job
@@ -170,7 +173,7 @@ class JobSlot:
     async def cancel(self, job_id: object, reason: str) -> bool:
         """Stop the running job if it is ``job_id``; it is then reported cancelled."""
         job = self.running
-        if self._next is not None and self._next.get("job_id") == job_id:
+        if self._next is not None and self._next.job_id == job_id:
             self._next = None  # cancelled before it could start: never acknowledged
         if job is None or job.job_id != job_id:
             log.info("job_cancel for a job not running here", job_id=job_id)
@@ -271,34 +274,3 @@ class JobSlot:
                 self.outbox.add_logs(job.job_id, job.spec.attempt, event.lines)
 
         return on_event
-
-
-def job_spec(payload: dict[str, Any], job_id: str, attempt: int, base_url: str) -> JobSpec:
-    """The JobSpec a job_submit describes. Upload and Hugging Face credentials reach the
-    trainer as SimpleTuner's agent passes them (SIMPLETUNER_UPLOAD_*, HF_TOKEN) and as
-    TUNEFLEET_UPLOAD_*; with an upload endpoint and token the agent stores the job's
-    outputs itself (``artifacts``)."""
-    env: dict[str, object] = {}
-    extra = payload.get("env")
-    if isinstance(extra, dict):
-        env.update({str(k): v for k, v in extra.items() if v is not None})
-    plan = artifact_plan(payload, base_url)
-    env.update(upload_env(plan))
-    value = payload.get("hf_token")
-    if isinstance(value, str) and value:
-        env["HF_TOKEN"] = value
-    config = payload.get("config")
-    command = payload.get("command")
-    return JobSpec(
-        job_id=job_id,
-        attempt=attempt,
-        config=config if isinstance(config, dict) else {},
-        dataloader=payload.get("dataloader"),
-        command=command if isinstance(command, str | list) and command else None,
-        env=env,
-        artifacts=plan,
-    )
-
-
-def _positive_int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1

@@ -35,12 +35,14 @@ from tunefleet.http.schemas_workers import (
     WorkerIdQuery,
 )
 from tunefleet.http.stream_socket import bound_silent_peer, dead_peer_timeout_s
+from tunefleet.protocol.events import PingEvent
 
 log = structlog.get_logger(__name__)
 
 # The library's own comment pings are not needed: we send `ping` events ourselves,
 # which SimpleTuner's agent (reading only `data:` lines) also sees.
 _NO_LIBRARY_PING_S = 86_400.0
+_PING = PingEvent().model_dump_json()
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 _MAX_LOG_BATCH_BYTES = 10 * 1024 * 1024
 
@@ -104,7 +106,7 @@ async def worker_stream(request: web.Request) -> web.StreamResponse:
             try:
                 event = await conn.queue.get(timeout_s=ping_s)
             except TimeoutError:
-                await sse.send('{"type": "ping"}', event="ping")
+                await sse.send(_PING, event="ping")
                 continue
             if event is None:
                 break

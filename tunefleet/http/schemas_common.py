@@ -9,14 +9,60 @@ knows), and so do query strings.
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import ConfigDict, Field
 
-DEFAULT_MAX_STRING = 4096
+# The building blocks are the protocol's (the worker endpoints' models are built of them);
+# the user-facing schemas import them from here with the rest.
+from tunefleet.protocol.fields import (
+    DEFAULT_MAX_STRING,
+    ConfigObject,
+    DataloaderJson,
+    Identifier,
+    JsonKey,
+    LabelGlobs,
+    Labels,
+    LongText,
+    PlainName,
+    ProgressObject,
+    RequestModel,
+    ResponseModel,
+    ShortText,
+    VersionText,
+    json_object_limit,
+    truncating,
+)
+
+__all__ = [
+    "DEFAULT_MAX_STRING",
+    "JOB_STATUSES",
+    "WORKER_STATUSES",
+    "ConfigObject",
+    "DataloaderJson",
+    "ErrorResponse",
+    "Identifier",
+    "JobStatus",
+    "JsonKey",
+    "LabelGlobs",
+    "Labels",
+    "LogStream",
+    "LongText",
+    "PlainName",
+    "ProgressObject",
+    "ReportedJobStatus",
+    "RequestModel",
+    "ResponseModel",
+    "ShortText",
+    "StrictRequestModel",
+    "SuccessResponse",
+    "Target",
+    "VersionText",
+    "WorkerStatus",
+    "WorkerType",
+    "json_object_limit",
+    "truncating",
+]
 
 WorkerStatus = Literal["connecting", "idle", "busy", "draining", "offline"]
 WORKER_STATUSES: tuple[str, ...] = ("connecting", "idle", "busy", "draining", "offline")
@@ -35,25 +81,12 @@ ReportedJobStatus = Literal["starting", "running", "training", "completed", "fai
 LogStream = Literal["stdout", "stderr"]
 
 
-class RequestModel(BaseModel):
-    """An agent's request body, or a query: extra fields ignored, no NaN/Infinity. Every
-    string field declares its own bound (a test checks the JSON schema of each request)."""
-
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, hide_input_in_errors=True)
-
-
 class StrictRequestModel(RequestModel):
     """A body a person writes (admin and queue endpoints), where silently ignoring a
     misspelt field would mislead: an unknown field is a 400 naming it and the closest
     known one (``unknown field 'worker_label' (did you mean 'worker_labels'?)``)."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-class ResponseModel(BaseModel):
-    """A response body; documentation and tests build from these."""
-
-    model_config = ConfigDict(extra="ignore")
 
 
 class ErrorResponse(ResponseModel):
@@ -64,167 +97,3 @@ class ErrorResponse(ResponseModel):
 
 class SuccessResponse(ResponseModel):
     success: bool = True
-
-
-# --- strings ---------------------------------------------------------------------------
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_NAME = re.compile(r"[A-Za-z0-9._-]+")
-_IDENTIFIER = re.compile(r"[A-Za-z0-9._:-]+")
-_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
-MAX_LABELS = 64
-MAX_LABEL_KEY = 128
-MAX_LABEL_VALUE = 256
-
-
-def _no_control(value: str) -> str:
-    if _CONTROL.search(value):
-        raise ValueError("must not contain control characters (newlines, tabs, NUL)")
-    return value
-
-
-def _no_nul(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    return value
-
-
-def _plain_name(value: str) -> str:
-    if not _NAME.fullmatch(value):
-        raise ValueError("use only letters, digits, '.', '_' and '-'")
-    return value
-
-
-def _identifier(value: str) -> str:
-    if not _IDENTIFIER.fullmatch(value):
-        raise ValueError("must be an id of letters, digits, '.', '_', ':' and '-'")
-    return value
-
-
-def _scalar_to_str(value: Any) -> Any:
-    # Numbers arrive where a version string is meant ("driver": 12.4); keep them as text.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-def truncating(max_chars: int) -> Callable[[Any], Any]:
-    """Cut over-long text instead of refusing it: for what an agent reports about a run
-    (an error, a log line), where losing the report would be worse than shortening it."""
-
-    def cut(value: Any) -> Any:
-        if not isinstance(value, str):
-            return value
-        value = value.replace("\x00", "\ufffd")
-        if len(value) > max_chars:
-            marker = f" …[{len(value) - max_chars + 40} chars cut]"
-            return value[: max_chars - len(marker)] + marker
-        return value
-
-    return cut
-
-
-# One line of text a person reads (names of things, free-text fields): no control chars.
-ShortText = Annotated[str, Field(max_length=256), AfterValidator(_no_control)]
-# Longer free text (reasons); newlines allowed, NUL not.
-LongText = Annotated[str, Field(max_length=DEFAULT_MAX_STRING), AfterValidator(_no_nul)]
-# Names an admin gives: workers, API tokens.
-PlainName = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_plain_name)]
-# Ids of workers and jobs as clients echo them back.
-Identifier = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_identifier)]
-# Versions and short technical words ("12.4", "cuda"); numbers are accepted as text.
-VersionText = Annotated[
-    str, BeforeValidator(_scalar_to_str), Field(max_length=64), AfterValidator(_no_control)
-]
-
-
-# --- labels ----------------------------------------------------------------------------
-
-
-def _labels_in(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: _scalar_to_str(v) if not isinstance(v, bool) else str(v).lower()
-            for k, v in value.items()
-        }
-    return value
-
-
-def _check_labels(labels: dict[str, str]) -> dict[str, str]:
-    if len(labels) > MAX_LABELS:
-        raise ValueError(f"at most {MAX_LABELS} labels")
-    for key, value in labels.items():
-        shown = json.dumps(key[:40])
-        if not (len(key) <= MAX_LABEL_KEY and _LABEL_KEY.fullmatch(key)):
-            raise ValueError(
-                f"label key {shown} must be 1-{MAX_LABEL_KEY} letters, digits, '.', '_', '/' "
-                "or '-', starting with a letter or digit"
-            )
-        if len(value) > MAX_LABEL_VALUE or _CONTROL.search(value):
-            raise ValueError(
-                f"label {shown} must be at most {MAX_LABEL_VALUE} characters without control "
-                "characters"
-            )
-    return labels
-
-
-# Label values may be sent as numbers or booleans; they are kept as text.
-Labels = Annotated[
-    dict[
-        Annotated[str, Field(min_length=1, max_length=MAX_LABEL_KEY)],
-        Annotated[str, Field(max_length=MAX_LABEL_VALUE)],
-    ],
-    BeforeValidator(_labels_in),
-    AfterValidator(_check_labels),
-]
-# A job's label requirements: the same shape; each value is a glob ("a100*").
-LabelGlobs = Labels
-
-
-# --- free-form JSON (training configs, progress) ---------------------------------------
-
-
-def json_object_limit(max_bytes: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    def check(value: dict[str, Any]) -> dict[str, Any]:
-        if len(json.dumps(value, ensure_ascii=False)) > max_bytes:
-            raise ValueError(f"over {max_bytes // 1024} KiB as JSON; send a smaller object")
-        _check_no_nul(value)
-        return value
-
-    return check
-
-
-def _check_no_nul(value: Any) -> None:
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            if "\x00" in node:
-                raise ValueError("must not contain NUL characters in its strings")
-        elif isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-
-
-def _object_or_list(value: Any) -> Any:
-    if value is not None and not isinstance(value, dict | list):
-        raise ValueError("must be a JSON object or list")
-    _check_no_nul(value)
-    if len(json.dumps(value, ensure_ascii=False)) > 512 * 1024:
-        raise ValueError("over 512 KiB as JSON; send a smaller one")
-    return value
-
-
-JsonKey = Annotated[str, Field(max_length=1024)]
-# A training configuration (SimpleTuner's config.json as an object).
-ConfigObject = Annotated[dict[JsonKey, Any], AfterValidator(json_object_limit(512 * 1024))]
-# What an agent reports about a run (step, loss, ...): small, it is kept per worker.
-ProgressObject = Annotated[dict[JsonKey, Any], AfterValidator(json_object_limit(64 * 1024))]
-# A data-loader configuration: SimpleTuner's is a list of datasets; an object is allowed too.
-DataloaderJson = Annotated[
-    Any,
-    AfterValidator(_object_or_list),
-    WithJsonSchema({"anyOf": [{"type": "object"}, {"type": "array"}, {"type": "null"}]}),
-]

@@ -140,10 +140,3 @@ def decode_event(event: SseEvent) -> tuple[str, dict[str, Any]] | None:
         return None
     kind = payload.get("type")
     return (kind if isinstance(kind, str) and kind else event.event), payload
-
-
-def shutdown_reason(payload: dict[str, Any]) -> str:
-    # The protocol puts it at the top level; SimpleTuner's server nests it under "data".
-    nested = payload.get("data")
-    reason = payload.get("reason") or (nested.get("reason") if isinstance(nested, dict) else None)
-    return str(reason or "no reason given")

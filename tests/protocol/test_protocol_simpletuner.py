@@ -1,0 +1,223 @@
+"""The protocol models hold to what SimpleTuner's own agent sends and reads
+(shared/PROTOCOL.md): its bodies parse, unknown fields included, and what the
+orchestrator builds from the models carries every field that agent reads, in the type it
+reads it in. The fixtures are that agent's payloads, verbatim."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tunefleet.agent.job_submit import job_spec
+from tunefleet.protocol.endpoints import (
+    DisconnectRequest,
+    GpuInfo,
+    HeartbeatRequest,
+    JobStatusRequest,
+    RegisterRequest,
+    RegisterResponse,
+)
+from tunefleet.protocol.events import (
+    DrainEvent,
+    JobCancelEvent,
+    JobRequirements,
+    JobSubmitEvent,
+    PingEvent,
+    ShutdownEvent,
+    read_event,
+)
+
+# --- what SimpleTuner's agent sends ----------------------------------------------------
+
+ST_REGISTER = {
+    "name": "gpu-worker-1",
+    "gpu_info": {
+        "name": "NVIDIA A100-SXM4-80GB",
+        "vram_gb": 80,
+        "count": 2,
+        "accelerator": "cuda",
+        "driver": "12.4",
+    },
+    "persistent": True,
+    "provider": None,
+    "labels": {"gpu_type": "a100"},
+    "current_job_id": None,
+}
+# What it reports on a machine where it finds no GPU.
+ST_NO_GPU = {"name": "Unknown", "vram_gb": None, "count": 0, "accelerator": None}
+ST_HEARTBEAT = {"worker_id": "w_abc123", "status": "busy", "current_job_id": "j_1"}
+ST_STATUS_TRAINING = {"status": "training", "progress": {"step": 10, "loss": 0.5}, "error": None}
+ST_STATUS_FAILED = {"status": "failed", "progress": None, "error": "CUDA out of memory"}
+ST_DISCONNECT = {"worker_id": "w_abc123"}
+
+
+def test_its_registration_parses_with_the_gpus_in_the_one_stored_spelling() -> None:
+    body = RegisterRequest.model_validate(ST_REGISTER)
+    assert (body.name, body.persistent, body.labels) == ("gpu-worker-1", True, {"gpu_type": "a100"})
+    assert body.gpu() == GpuInfo(
+        name="NVIDIA A100-SXM4-80GB", vram_gb=80, count=2, accelerator="cuda", driver="12.4"
+    )
+    bare = RegisterRequest.model_validate({**ST_REGISTER, "gpu_info": ST_NO_GPU})
+    assert bare.gpu().count == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "body"),
+    [
+        (RegisterRequest, ST_REGISTER),
+        (HeartbeatRequest, ST_HEARTBEAT),
+        (JobStatusRequest, ST_STATUS_TRAINING),
+        (JobStatusRequest, ST_STATUS_FAILED),
+        (DisconnectRequest, ST_DISCONNECT),
+    ],
+)
+def test_its_bodies_parse_and_fields_it_adds_later_are_ignored(model: Any, body: Any) -> None:
+    plain = model.model_validate(body)
+    extended = model.model_validate({**body, "a_field_from_a_newer_agent": {"x": [1]}})
+    assert extended == plain
+    for key, value in body.items():
+        if key != "gpu_info":
+            assert getattr(plain, key) == value
+
+
+# --- what SimpleTuner's agent reads ----------------------------------------------------
+
+
+def wire(model: Any) -> dict[str, Any]:
+    """The event's data as it goes on the stream (the route writes it with json.dumps)."""
+    return json.loads(json.dumps(model.model_dump()))
+
+
+def test_a_job_submit_carries_every_field_its_agent_reads_in_its_type() -> None:
+    # As the orchestrator builds it for a job with no artifact store: no token.
+    submit = wire(JobSubmitEvent(job_id="j_1", config={"model_type": "lora"}, attempt=1))
+    assert submit["type"] == "job_submit"
+    assert submit["job_id"] == "j_1"
+    assert submit["config"] == {"model_type": "lora"}
+    assert "dataloader" in submit and "provider" in submit and "hf_token" in submit
+    # Read unconditionally; a null token makes that agent fail to start the trainer.
+    assert submit["upload_endpoint"] == ""
+    assert submit["upload_token"] == ""
+    with_store = wire(
+        JobSubmitEvent(
+            job_id="j_1",
+            config={},
+            upload_endpoint="/api/artifacts",
+            upload_token="ut_x",
+            resume_checkpoint="checkpoint-200",
+        )
+    )
+    # A path: that agent puts its orchestrator URL in front of it.
+    assert with_store["upload_endpoint"] == "/api/artifacts"
+    assert with_store["upload_token"] == "ut_x"
+
+
+def test_the_job_submit_schema_never_lets_the_token_be_null() -> None:
+    schema = JobSubmitEvent.model_json_schema(mode="serialization")
+    assert schema["properties"]["upload_token"]["type"] == "string"
+    assert schema["properties"]["upload_endpoint"]["type"] == "string"
+    assert "job_id" in schema["required"]
+
+
+def test_the_other_events_as_its_agent_reads_them() -> None:
+    assert wire(JobCancelEvent(job_id="j_1", reason="cancelled by admin")) == {
+        "type": "job_cancel",
+        "job_id": "j_1",
+        "reason": "cancelled by admin",
+    }
+    assert wire(DrainEvent()) == {"type": "drain"}
+    # The reason at the top level, where that agent reads it.
+    assert wire(ShutdownEvent(reason="worker drained")) == {
+        "type": "shutdown",
+        "reason": "worker drained",
+    }
+    assert wire(PingEvent()) == {"type": "ping"}
+
+
+def test_the_register_answer_keeps_the_protocols_four_fields() -> None:
+    answer = wire(
+        RegisterResponse(worker_id="w_abc123", sse_url="/api/workers/stream?worker_id=w_abc123")
+    )
+    assert {k: answer[k] for k in ("worker_id", "sse_url", "resume_job", "abandon_job")} == {
+        "worker_id": "w_abc123",
+        "sse_url": "/api/workers/stream?worker_id=w_abc123",
+        "resume_job": None,
+        "abandon_job": None,
+    }
+
+
+# --- tunefleet's agent reading SimpleTuner's server --------------------------------------
+
+ST_SERVER_JOB_SUBMIT = {
+    "type": "job_submit",
+    "job_id": "abc123",
+    "config": {"model_type": "lora", "output_dir": "/out"},
+    "dataloader": [{"id": "dataset", "type": "local"}],
+    "provider": None,
+    "upload_endpoint": "https://orchestrator.example.com/api/cloud/jobs/abc123/upload",
+    "upload_token": "",
+    "hf_token": None,
+}
+# SimpleTuner's server nests the shutdown reason under "data".
+ST_SERVER_SHUTDOWN = {"type": "shutdown", "data": {"reason": "worker removed"}}
+
+
+def test_its_servers_job_submit_runs_as_the_first_attempt_without_an_upload() -> None:
+    event = read_event(JobSubmitEvent, ST_SERVER_JOB_SUBMIT)
+    assert event is not None
+    spec = job_spec(event, "https://orchestrator.example.com")
+    assert (spec.job_id, spec.attempt, spec.command) == ("abc123", 1, None)
+    assert spec.config == ST_SERVER_JOB_SUBMIT["config"]
+    assert spec.dataloader == ST_SERVER_JOB_SUBMIT["dataloader"]
+    assert spec.artifacts is None  # an empty token: nothing to store with
+    assert spec.env == {}
+
+
+def test_its_servers_nested_shutdown_reason_is_read() -> None:
+    event = read_event(ShutdownEvent, ST_SERVER_SHUTDOWN)
+    assert event is not None and event.reason == "worker removed"
+    assert read_event(ShutdownEvent, {"type": "shutdown"}) == ShutdownEvent(
+        reason="no reason given"
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "unreadable"),
+    [
+        ("upload_token", None),
+        ("config", "not an object"),
+        ("attempt", 0),
+        ("attempt", True),
+        ("command", []),
+        ("requirements", "any"),
+        ("hf_token", 5),
+    ],
+)
+def test_a_field_the_agent_cannot_read_counts_as_absent(field: str, unreadable: object) -> None:
+    event = read_event(JobSubmitEvent, {**ST_SERVER_JOB_SUBMIT, field: unreadable})
+    bare = read_event(JobSubmitEvent, {k: v for k, v in ST_SERVER_JOB_SUBMIT.items() if k != field})
+    assert event is not None and event == bare
+
+
+def test_an_event_without_its_job_is_ignored() -> None:
+    assert read_event(JobSubmitEvent, {"type": "job_submit", "config": {}}) is None
+    assert read_event(JobSubmitEvent, {"type": "job_submit", "job_id": ""}) is None
+    assert read_event(JobCancelEvent, {"type": "job_cancel"}) is None
+
+
+def test_env_values_reach_the_trainer_as_text_and_null_ones_not_at_all() -> None:
+    event = read_event(
+        JobSubmitEvent,
+        {**ST_SERVER_JOB_SUBMIT, "env": {"EPOCHS": 3, "GONE": None}, "hf_token": "hf_x"},
+    )
+    assert event is not None
+    assert job_spec(event, "").env == {"EPOCHS": "3", "HF_TOKEN": "hf_x"}
+
+
+def test_requirements_round_trip() -> None:
+    requirements = JobRequirements(target="local", gpu_count=2)
+    event = JobSubmitEvent(job_id="j", config={}, requirements=requirements)
+    again = read_event(JobSubmitEvent, wire(event))
+    assert again == event

@@ -1,0 +1,208 @@
+"""The worker endpoints' bodies and answers (agent → orchestrator, ``X-Worker-Token``),
+as shared/PROTOCOL.md records them.
+
+The orchestrator parses what agents send with these, tunefleet's agent builds what it
+sends from them, and the OpenAPI document is generated from them. They must accept
+exactly what SimpleTuner's own agent sends, so they are lenient in shape (unknown fields
+ignored, numbers where text is meant) and strict in size.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+
+from tunefleet.protocol.fields import (
+    Identifier,
+    Labels,
+    LogStream,
+    ProgressObject,
+    ReportedJobStatus,
+    RequestModel,
+    ResponseModel,
+    ShortText,
+    VersionText,
+    WorkerType,
+    truncating,
+)
+
+MAX_GPUS = 1024
+MAX_VRAM_GB = 1_000_000
+MAX_LOG_LINES = 1000
+MAX_LOG_LINE_CHARS = 8192
+MAX_ERROR_CHARS = 8192
+MAX_SAMPLES = 1024
+
+
+def _none_as_zero(value: Any) -> Any:
+    return 0 if value is None else value
+
+
+class GpuInfo(RequestModel):
+    """A machine's GPUs, the one spelling tunefleet stores (``gpu_info`` on the wire).
+
+    SimpleTuner's agent sends ``{"name": "Unknown", "vram_gb": null, "count": 0,
+    "accelerator": null}`` when it finds no GPU, and ``driver`` is its CUDA version.
+    """
+
+    name: ShortText | None = None
+    vram_gb: float | None = Field(default=None, ge=0, le=MAX_VRAM_GB)
+    count: Annotated[int, BeforeValidator(_none_as_zero)] = Field(default=0, ge=0, le=MAX_GPUS)
+    accelerator: VersionText | None = None
+    driver: VersionText | None = None
+    cuda: VersionText | None = None
+
+
+class RegisterRequest(RequestModel):
+    """POST /api/workers/register. GPUs may come nested (``gpu_info``, SimpleTuner's agent)
+    or flat (``gpu_count``, ``gpu_name``, ``gpu_vram_gb``, ``accelerator_type``, the seed
+    document); ``gpu()`` merges them, nested values first."""
+
+    name: ShortText = Field(min_length=1)
+    gpu_info: GpuInfo | None = None
+    gpu_count: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    gpu_name: ShortText | None = None
+    gpu_vram_gb: float | None = Field(default=None, ge=0, le=MAX_VRAM_GB)
+    accelerator_type: VersionText | None = None
+    persistent: bool | None = None
+    provider: ShortText | None = None
+    labels: Labels | None = None
+    current_job_id: Identifier | None = None
+    # Sent by tunefleet's agent; SimpleTuner's does not.
+    hostname: ShortText | None = None
+    agent_version: VersionText | None = None
+    # tunefleet's agent: the programs it will run (--allowed-commands), so the scheduler
+    # does not send it a job it would refuse. Absent: not said.
+    allowed_commands: Annotated[list[ShortText], Field(max_length=64)] | None = None
+
+    def gpu(self) -> GpuInfo:
+        """The GPU report in the one stored spelling."""
+        nested = self.gpu_info.model_dump(exclude_unset=True) if self.gpu_info else {}
+        flat = {
+            "count": self.gpu_count,
+            "name": self.gpu_name,
+            "vram_gb": self.gpu_vram_gb,
+            "accelerator": self.accelerator_type,
+        }
+        merged = {k: v for k, v in flat.items() if v is not None}
+        merged.update({k: v for k, v in nested.items() if v is not None})
+        return GpuInfo.model_validate(merged)
+
+
+class ResumeJob(ResponseModel):
+    job_id: str
+    config_name: str | None = None
+    status: str
+
+
+class RegisterResponse(ResponseModel):
+    """The protocol's four fields, and tunefleet's additions: the administrator's ``name``
+    and ``worker_type`` (in force; tunefleet's agent follows them) and ``warnings`` where
+    the agent's own settings disagree."""
+
+    worker_id: str = Field(examples=["w_abc123"])
+    sse_url: str = Field(examples=["/api/workers/stream?worker_id=w_abc123"])
+    resume_job: ResumeJob | None = None
+    abandon_job: str | None = None
+    name: str | None = None
+    worker_type: WorkerType | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+def _samples(value: Any) -> Any:
+    # One number where a per-GPU list is meant (a one-GPU agent) is that list of one.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return [value]
+    return value
+
+
+Samples = Annotated[
+    list[Annotated[float, Field(ge=0, le=1e9)]],
+    BeforeValidator(_samples),
+    Field(max_length=MAX_SAMPLES),
+]
+
+
+class HeartbeatRequest(RequestModel):
+    """POST /api/workers/heartbeat, every 30 s. SimpleTuner's agent sends ``worker_id``,
+    ``status`` and ``current_job_id``; tunefleet's adds progress and GPU samples."""
+
+    worker_id: Identifier | None = None
+    status: Annotated[ShortText, Field(max_length=32)] | None = None
+    current_job_id: Identifier | None = None
+    job_progress: ProgressObject | None = None
+    gpu_utilization: Samples | None = None
+    vram_used_gb: Samples | None = None
+
+
+class OutputsReport(RequestModel):
+    """What a `completed` report says of the job's outputs (tunefleet's agent sends it:
+    `completed` means stored; SimpleTuner's sends none)."""
+
+    stored: bool
+    keys: int | None = Field(default=None, ge=0, le=2**53)
+    bytes: int | None = Field(default=None, ge=0, le=2**63)
+    reason: (
+        Annotated[
+            str, BeforeValidator(truncating(MAX_ERROR_CHARS)), Field(max_length=MAX_ERROR_CHARS)
+        ]
+        | None
+    ) = None
+
+
+class JobStatusRequest(RequestModel):
+    """POST /api/workers/job/{job_id}/status. ``training`` is SimpleTuner's word for
+    running. A long ``error`` is shortened, not refused: the report matters more."""
+
+    status: ReportedJobStatus
+    progress: ProgressObject | None = None
+    error: (
+        Annotated[
+            str, BeforeValidator(truncating(MAX_ERROR_CHARS)), Field(max_length=MAX_ERROR_CHARS)
+        ]
+        | None
+    ) = None
+    # tunefleet's agent says which dispatch it reports on, so a stale report is told apart.
+    attempt: int | None = Field(default=None, ge=1, le=10_000)
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
+    outputs: OutputsReport | None = None
+    resumed_from: (
+        Annotated[str, Field(pattern=r"^checkpoint-[0-9]{1,12}$", max_length=24)] | None
+    ) = Field(
+        default=None,
+        description="The stored checkpoint the trainer was started from (tunefleet's agent "
+        "sends it once it has restored one); the timeline shows it",
+    )
+
+
+class LogLine(RequestModel):
+    seq: int = Field(ge=0, le=2**53)
+    stream: LogStream
+    line: Annotated[
+        str, BeforeValidator(truncating(MAX_LOG_LINE_CHARS)), Field(max_length=MAX_LOG_LINE_CHARS)
+    ]
+    at: float = Field(ge=0, le=1e11, description="Unix seconds when the agent read the line")
+
+
+class JobLogsRequest(RequestModel):
+    """POST /api/workers/job/{job_id}/logs (tunefleet's agent): at most 1000 lines; a line
+    over 8192 characters is cut, with a marker saying how much."""
+
+    attempt: int | None = Field(default=None, ge=1, le=10_000)
+    lines: list[LogLine] = Field(max_length=MAX_LOG_LINES)
+
+
+class WorkerIdQuery(RequestModel):
+    """``?worker_id=`` of GET /api/workers/stream and GET /api/workers/queue."""
+
+    worker_id: Identifier | None = None
+
+
+class QueueCheckResponse(ResponseModel):
+    has_jobs: bool
+
+
+class DisconnectRequest(RequestModel):
+    worker_id: Identifier | None = None
+    reason: ShortText | None = None
