@@ -87,6 +87,23 @@ def test_worker_counts_export_every_state_even_at_zero() -> None:
     assert value(metrics, "tunefleet_workers", state="quarantined") == 1
 
 
+def test_http_requests_accumulate_per_method_route_and_status() -> None:
+    metrics, other = Metrics(), Metrics()
+    metrics.observe_http_request("POST", "/api/workers/heartbeat", 200, 0.0004)
+    metrics.observe_http_request("POST", "/api/workers/heartbeat", 200, 0.003)
+    metrics.observe_http_request("POST", "/api/workers/heartbeat", 409, 0.001)
+    labels = {"method": "POST", "route": "/api/workers/heartbeat"}
+    count = "tunefleet_http_request_duration_seconds_count"
+    assert value(metrics, count, **labels, status="200") == 2
+    assert value(metrics, count, **labels, status="409") == 1
+    total = value(metrics, "tunefleet_http_request_duration_seconds_sum", **labels, status="200")
+    assert total == pytest.approx(0.0034)
+    bucket = "tunefleet_http_request_duration_seconds_bucket"
+    assert value(metrics, bucket, **labels, status="200", le="0.0005") == 1
+    # Each Metrics keeps its own series.
+    assert value(other, count, **labels, status="200") is None
+
+
 # --- middleware -------------------------------------------------------------------
 
 

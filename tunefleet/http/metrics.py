@@ -61,8 +61,7 @@ def request_timing_middleware(
             target = find(request)
             if target is not None:
                 method = request.method if request.method in _METHODS else "other"
-                target.http_request_duration.labels(
-                    method=method, route=route_label(request), status=str(status)
-                ).observe(time.perf_counter() - started)
+                elapsed_s = time.perf_counter() - started
+                target.observe_http_request(method, route_label(request), status, elapsed_s)
 
     return time_request
