@@ -1,4 +1,5 @@
-"""Fixtures: a Fleet on a settling fake clock over a SQLite file in tmp_path."""
+"""Fixtures: a Fleet on a settling fake clock over the in-memory store; the modules that
+restart the orchestrator override ``storage`` to keep it in a SQLite file."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from orchestrator_testkit import FleetHarness, SettlingClock
+from orchestrator_testkit import FleetHarness, SettlingClock, Storage
 
 from tunefleet.actors.context import FleetSettings
 
@@ -23,10 +24,17 @@ def settings() -> FleetSettings:
 
 
 @pytest.fixture
+def storage() -> Storage:
+    """The actors need a store, not a database: the in-memory one, held to the SQLite
+    store's contract by tests/storage/test_storage_contract.py."""
+    return "memory"
+
+
+@pytest.fixture
 async def harness(
-    tmp_path: Path, clock: SettlingClock, settings: FleetSettings
+    tmp_path: Path, clock: SettlingClock, settings: FleetSettings, storage: Storage
 ) -> AsyncIterator[FleetHarness]:
-    h = await FleetHarness.open(tmp_path, clock, settings)
+    h = await FleetHarness.open(tmp_path, clock, settings, storage=storage)
     try:
         yield h
     finally:

@@ -1,8 +1,8 @@
-"""Drive a real Fleet (actors, SQLite store, audit, metrics) without HTTP.
+"""Drive a real Fleet (actors, store, audit, metrics) without HTTP.
 
 ``FleetHarness`` builds its Fleet with ``build_fleet``, as tunefleet/http/app.py does,
 on a ``SettlingClock``: a FakeClock that, after each timer it fires, waits until every
-other task (actors awaiting the DB thread included) has finished, so a chain of effects
+other task (actors awaiting the store included) has finished, so a chain of effects
 (heartbeat expiry → worker lost → job requeued → dispatched again) completes before the
 next timer fires, exactly as it would in real time.
 
@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.build import build_fleet
@@ -30,10 +30,14 @@ from tunefleet.actors.stream import StreamConnection, StreamEvent
 from tunefleet.actors.worker_actor import WorkerActor
 from tunefleet.audit import AuditLog
 from tunefleet.storage.database import Database, open_database
+from tunefleet.storage.memory import memory_store
+from tunefleet.storage.memory_tables import MemoryDatabase
 from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobRow
 from tunefleet.storage.store import Store
 
 SETTLE_LIMIT_S = 10.0
+# Where a harness keeps its rows: a SQLite file (restarts), or the in-memory store.
+Storage = Literal["sqlite", "memory"]
 
 
 async def settle(limit_s: float = SETTLE_LIMIT_S) -> None:
@@ -130,7 +134,7 @@ class FleetHarness:
     data_dir: Path
     clock: Clock
     settings: FleetSettings
-    db: Database
+    db: Database | MemoryDatabase
     store: Store
     audit: AuditLog
     ctx: FleetContext
@@ -145,10 +149,19 @@ class FleetHarness:
         clock: Clock,
         settings: FleetSettings | None = None,
         local_worker: WorkerRecord | None = None,
+        *,
+        storage: Storage = "sqlite",
     ) -> FleetHarness:
+        """A started fleet over a SQLite file in ``data_dir``, or over the in-memory store
+        (nothing to restart from then)."""
         settings = settings or FleetSettings()
-        db = await open_database(None, data_dir)
-        store = Store(db, now=clock.time)
+        db: Database | MemoryDatabase
+        if storage == "memory":
+            store = memory_store(clock.time)
+            db = cast(MemoryDatabase, store.db)
+        else:
+            db = await open_database(None, data_dir)
+            store = Store(db, now=clock.time)
         audit = AuditLog(store.append_audit, data_dir / "audit.jsonl", clock)
         fleet = build_fleet(store, clock, settings, audit)
         await fleet.start(local_worker=local_worker)
@@ -179,6 +192,8 @@ class FleetHarness:
         """Stop this orchestrator and start a new one on the same database file, as a new
         process would: a fresh clock (monotonic time starts over), fresh actors. The
         given agents are pointed at the new one (their streams were closed)."""
+        if isinstance(self.db, MemoryDatabase):
+            raise TypeError("restart needs the SQLite store: nothing in memory outlives it")
         await self.close()
         clock = SettlingClock(start=self.clock.time() + downtime_s)
         new = await FleetHarness.open(self.data_dir, clock, self.settings)

@@ -5,11 +5,18 @@ a worker back within the grace keeps its job; one back later is fenced off."""
 from __future__ import annotations
 
 import pytest
-from orchestrator_testkit import FleetHarness
+from orchestrator_testkit import FleetHarness, Storage
 
 from tunefleet.errors import Conflict
 
 pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def storage() -> Storage:
+    """A restart reopens the same SQLite file."""
+    return "sqlite"
+
 
 GRACE_S = 5.0  # FleetSettings' default
 

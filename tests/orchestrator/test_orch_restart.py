@@ -5,12 +5,18 @@ job may run twice."""
 from __future__ import annotations
 
 import pytest
-from orchestrator_testkit import FakeAgent, FleetHarness
+from orchestrator_testkit import FakeAgent, FleetHarness, Storage
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.store import Store
 
 pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def storage() -> Storage:
+    """A restart reopens the same SQLite file."""
+    return "sqlite"
 
 
 async def _running_job(harness: FleetHarness, agent: FakeAgent) -> str:

@@ -178,6 +178,7 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
             lock.release()
         raise
     # Stored timestamps come from the same clock as the actors' (a FakeClock in tests).
+    app[keys.DATABASE] = db
     app[keys.STORE] = Store(db, now=app[keys.CLOCK].time)
     try:
         yield
@@ -196,7 +197,7 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
     app[keys.CATALOG] = ConfigCatalog(options.configs_dir)
     app[keys.BANNER] = standby_banner(options)
     leadership = Leadership(
-        app[keys.STORE].db,
+        app[keys.DATABASE],
         advertise_url=options.public_url,
         lease_s=options.leader_lease,
         on_step_down=app.get(keys.STEP_DOWN),

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     from tunefleet.http.stream_watch import StreamWatch
     from tunefleet.jobconfigs import ConfigCatalog
     from tunefleet.metrics import Metrics
+    from tunefleet.storage.database import Database
     from tunefleet.storage.store import Store
 
 OPTIONS: web.AppKey[ServerOptions] = web.AppKey("options")
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+DATABASE: web.AppKey[Database] = web.AppKey("database")
 STORE: web.AppKey[Store] = web.AppKey("store")
 FLEET: web.AppKey[Fleet] = web.AppKey("fleet")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")

@@ -2,7 +2,8 @@
 
 A facade over the domain repositories (store_workers, store_jobs, store_audit), which are
 synchronous and run on the DB thread; each method here is one `Database.read` or
-`Database.write`. Results are frozen dataclasses (storage.rows), never model instances.
+`Database.write`. The same facade runs over in-memory repositories (storage.memory).
+Results are frozen dataclasses (storage.rows), never model instances.
 State changes are compare-and-set: they return False instead of recording a transition
 from a state the row is no longer in. Several operations that must commit together go
 through `atomically`.
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
-from tunefleet.storage.database import Database
 from tunefleet.storage.rows import (
     ApiTokenRow,
     AuditEventRow,
@@ -30,7 +30,7 @@ from tunefleet.storage.rows import (
 )
 from tunefleet.storage.store_artifacts import ArtifactRecords, ArtifactRepo
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
-from tunefleet.storage.store_base import MAX_PAGE, Now
+from tunefleet.storage.store_base import MAX_PAGE, Connector, Now
 from tunefleet.storage.store_jobs import JobOrder, JobRepo, LogLineLike
 from tunefleet.storage.store_metrics import MetricRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, HeartbeatColumns, WorkerRepo
@@ -53,18 +53,21 @@ class Repos:
 
 
 class Store:
-    def __init__(self, db: Database, *, now: Now = time.time) -> None:
-        """`now` stamps created_at/updated_at and default event times (pass clock.time)."""
+    def __init__(self, db: Connector, *, now: Now = time.time, repos: Repos | None = None) -> None:
+        """`now` stamps created_at/updated_at and default event times (pass clock.time).
+        `repos` replaces the SQL repositories (storage.memory.memory_store passes its own)."""
         self.db = db
+        if repos is None:
+            repos = Repos(
+                WorkerRepo(now),
+                ApiTokenRepo(now),
+                JobRepo(now),
+                AuditRepo(now),
+                artifacts=ArtifactRepo(now),
+            )
         # Artifact rows have their own facade (store_artifacts); their repo joins `atomically`.
-        self.artifacts = ArtifactRecords(db, now)
-        self.repos = Repos(
-            WorkerRepo(now),
-            ApiTokenRepo(now),
-            JobRepo(now),
-            AuditRepo(now),
-            artifacts=self.artifacts.repo,
-        )
+        self.artifacts = ArtifactRecords(db, now, repos.artifacts)
+        self.repos = repos
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens
         self._jobs = self.repos.jobs

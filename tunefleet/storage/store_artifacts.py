@@ -13,7 +13,6 @@ from typing import Any
 
 import peewee as pw
 
-from tunefleet.storage.database import Database
 from tunefleet.storage.models import (
     Artifact,
     Checkpoint,
@@ -23,7 +22,7 @@ from tunefleet.storage.models import (
 )
 from tunefleet.storage.rows import first_of, inserted, rows_of
 from tunefleet.storage.statements import insert_row
-from tunefleet.storage.store_base import Now
+from tunefleet.storage.store_base import Connector, Now
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +206,9 @@ class ArtifactRepo:
 class ArtifactRecords:
     """The artifact rows, awaited from the event loop (one DB read or write each)."""
 
-    def __init__(self, db: Database, now: Now) -> None:
+    def __init__(self, db: Connector, now: Now, repo: ArtifactRepo | None = None) -> None:
         self.db = db
-        self.repo = ArtifactRepo(now)
+        self.repo = repo if repo is not None else ArtifactRepo(now)
 
     async def token_scope(self, token_hash: str) -> TokenScope | None:
         return await self.db.read(partial(self.repo.token_scope, token_hash))

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import peewee as pw
 
 Now = Callable[[], float]
+T = TypeVar("T")
 
 MAX_PAGE = 1000
+
+
+class Connector(Protocol):
+    """What the Store needs of a database: storage.database.Database (SQLite,
+    PostgreSQL) or storage.memory.MemoryDatabase (the actors' tests)."""
+
+    async def read(self, fn: Callable[[], T]) -> T: ...
+    async def write(self, fn: Callable[[], T]) -> T: ...
+    def on_rollback(self, forget: Callable[[], None]) -> None: ...
 
 
 def state_set(expected: str | Collection[str]) -> list[str]:

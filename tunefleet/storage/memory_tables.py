@@ -1,0 +1,142 @@
+"""The in-memory database under storage/memory.py: the tables, all-or-nothing writes,
+and rows stored as a database would store them."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
+
+import peewee as pw
+
+from tunefleet.storage.errors import DatabaseClosed
+from tunefleet.storage.rows import (
+    ApiTokenRow,
+    AuditEventRow,
+    JobAttemptRow,
+    JobEventRow,
+    JobLogRow,
+    JobMetricRow,
+    JobRow,
+    WorkerRow,
+    WorkerTokenRow,
+    inserted,
+)
+from tunefleet.storage.store_artifacts import (
+    ArtifactRow,
+    CheckpointRow,
+    MultipartRow,
+    UploadTokenRow,
+)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class Tables:
+    """Every table as a dict by primary key (insertion order = id order), plus the next
+    id of each auto-numbered one. Rows are frozen: an update stores a replaced row, so a
+    snapshot needs only shallow copies of the dicts."""
+
+    workers: dict[str, WorkerRow] = field(default_factory=dict)
+    worker_tokens: dict[int, WorkerTokenRow] = field(default_factory=dict)
+    api_tokens: dict[int, ApiTokenRow] = field(default_factory=dict)
+    jobs: dict[str, JobRow] = field(default_factory=dict)
+    attempts: dict[tuple[str, int], JobAttemptRow] = field(default_factory=dict)
+    job_events: dict[int, JobEventRow] = field(default_factory=dict)
+    job_logs: dict[int, JobLogRow] = field(default_factory=dict)
+    job_metrics: dict[int, JobMetricRow] = field(default_factory=dict)
+    audit_events: dict[int, AuditEventRow] = field(default_factory=dict)
+    upload_tokens: dict[int, UploadTokenRow] = field(default_factory=dict)
+    artifacts: dict[int, ArtifactRow] = field(default_factory=dict)
+    checkpoints: dict[int, CheckpointRow] = field(default_factory=dict)
+    multiparts: dict[str, MultipartRow] = field(default_factory=dict)
+    last_ids: dict[str, int] = field(default_factory=dict)
+
+    def next_id(self, table: str) -> int:
+        self.last_ids[table] = self.last_ids.get(table, 0) + 1
+        return self.last_ids[table]
+
+    def snapshot(self) -> Tables:
+        return Tables(**{f.name: dict(getattr(self, f.name)) for f in fields(self)})
+
+    def restore(self, saved: Tables) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(saved, f.name))
+
+
+class MemoryDatabase:
+    """What ``Store`` needs of a ``Database`` (read, write, on_rollback, close), in memory."""
+
+    def __init__(self) -> None:
+        self.tables = Tables()
+        self._rollback_listeners: list[Callable[[], None]] = []
+        self._closing = False
+
+    def on_rollback(self, forget: Callable[[], None]) -> None:
+        self._rollback_listeners.append(forget)
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    async def read(self, fn: Callable[[], T]) -> T:
+        await self._turn()
+        return fn()
+
+    async def write(self, fn: Callable[[], T]) -> T:
+        """All of ``fn`` or none of it, like a savepoint of ``Database.write``."""
+        await self._turn()
+        saved = self.tables.snapshot()
+        try:
+            return fn()
+        except BaseException:
+            self.tables.restore(saved)
+            for forget in self._rollback_listeners:
+                forget()
+            raise
+
+    async def close(self) -> None:
+        self._closing = True
+
+    async def _turn(self) -> None:
+        if self._closing:
+            raise DatabaseClosed("the in-memory database is closed")
+        # A real database answers later, from its own thread: let other tasks run first.
+        await asyncio.sleep(0)
+
+
+def stored_row(cls: type[R], model: type[pw.Model], values: Mapping[str, Any]) -> R:
+    """The row an INSERT of ``values`` would store: the model's default for each field not
+    given, each value through its field (``db_value``, then ``python_value``) as a
+    database round trip would."""
+    as_stored = {}
+    for f in model._meta.sorted_fields:
+        if f.name in values:
+            value = values[f.name]
+        else:
+            value = f.default() if callable(f.default) else f.default
+        as_stored[f.name] = f.db_value(value)
+    return inserted(cls, model, as_stored)
+
+
+def changed_row(row: R, model: type[pw.Model], changes: Mapping[str, Any]) -> R:
+    """``row`` with ``changes`` (by field name) stored as an UPDATE would store them."""
+    known = model._meta.fields
+    values = {
+        name: known[name].python_value(known[name].db_value(v)) for name, v in changes.items()
+    }
+    return replace(row, **values)  # type: ignore[type-var]
+
+
+def fresh(row: R) -> R:
+    """A copy a caller may not harm: rows are frozen, but their dicts and lists are not."""
+    return copy.deepcopy(row)
+
+
+def foreign_key_failed(table: str) -> pw.IntegrityError:
+    """What the database raises for a row naming a job that does not exist."""
+    return pw.IntegrityError(f"FOREIGN KEY constraint failed ({table}.job_id)")
