@@ -15,26 +15,28 @@ import gc
 import json
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from bench import Row, row
 from tunefleet.actors import messages as m
+from tunefleet.actors.build import build_fleet
 from tunefleet.actors.clock import RealClock
 from tunefleet.actors.context import FleetContext, FleetSettings
-from tunefleet.actors.events import EventHub
 from tunefleet.actors.job_actor import JobActor
 from tunefleet.actors.records import JobRecord, WorkerRecord
-from tunefleet.actors.runtime import ActorSystem
-from tunefleet.actors.scheduler import Scheduler
 from tunefleet.actors.worker_actor import WorkerActor
+from tunefleet.audit import AuditLog
 from tunefleet.fsm.worker import WorkerState
-from tunefleet.metrics import Metrics
+from tunefleet.storage.memory import memory_store
 
 COUNT = 10_000
+# Never written: idle actors record no audit event.
+AUDIT_FILE = "tunefleet-domain-actor-cost-audit.jsonl"
 # A small but real training configuration: what a job actor carries.
 CONFIG: dict[str, Any] = {
     "model_type": "lora",
@@ -50,19 +52,15 @@ CONFIG: dict[str, Any] = {
 }
 
 
-def _context() -> FleetContext:
+async def _context() -> FleetContext:
+    """A started fleet, wired as the server wires its own, over the in-memory store: idle
+    actors write nothing, so no database adds to what is measured."""
     clock = RealClock()
-    ctx = FleetContext(
-        settings=FleetSettings(),
-        clock=clock,
-        system=ActorSystem(clock),
-        persistence=cast(Any, None),  # idle actors never touch storage
-        audit=cast(Any, None),
-        hub=EventHub(),
-        metrics=Metrics(),
-    )
-    ctx.scheduler = ctx.system.spawn(Scheduler(ctx))
-    return ctx
+    store = memory_store(clock.time)
+    audit = AuditLog(store.append_audit, Path(tempfile.gettempdir()) / AUDIT_FILE, clock)
+    fleet = build_fleet(store, clock, FleetSettings(), audit)
+    await fleet.start()
+    return fleet.ctx
 
 
 def _worker_record(i: int) -> WorkerRecord:
@@ -143,7 +141,7 @@ async def _settle(done: Callable[[], bool], timeout_s: float = 60.0) -> None:
 
 
 async def _traced(kind: str, count: int = COUNT) -> float:
-    ctx = _context()
+    ctx = await _context()
     gc.collect()
     tracemalloc.start()
     try:
@@ -168,7 +166,7 @@ def _rss() -> int:
 
 
 async def _rss_main(kind: str) -> float:
-    ctx = _context()
+    ctx = await _context()
     gc.collect()
     before = _rss()
     made = await (_spawn_workers if kind == "worker" else _spawn_jobs)(ctx, COUNT)
