@@ -10,7 +10,9 @@ After every step the fleet settles, and then:
   no worker holds two jobs;
 - a job placed in this step outranks every job still pending that that worker would
   also have fitted (priority, then submission order);
-- no pending job fits a worker that is free to take it (the loop settled).
+- no pending job fits a worker that is free to take it (the loop settled);
+- a job is stored already dispatched by its submit alone (one commit, before any
+  pending job is considered) exactly when a free worker fits it as it is submitted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +29,7 @@ from orchestrator_testkit import FakeAgent, FleetHarness, SettlingClock, gpu_rep
 
 from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.matching import Requirements, unmet
+from tunefleet.actors.records import JobRecord
 from tunefleet.fsm.job import JobState
 
 GPUS = [("NVIDIA A100-SXM4-80GB", 80.0), ("NVIDIA H100 80GB HBM3", 80.0), ("NVIDIA A10", 24.0)]
@@ -97,6 +101,7 @@ class Sim:
     requirements: dict[str, Requirements] = field(default_factory=dict)
     rank: dict[str, tuple[int, int]] = field(default_factory=dict)  # job → (-priority, seq)
     placed_now: list[tuple[str, str]] = field(default_factory=list)
+    stored_dispatched: list[str] = field(default_factory=list)  # placed before 1st write
 
     def pick(self, items: list[FakeAgent], n: int) -> FakeAgent | None:
         return items[n % len(items)] if items else None
@@ -179,7 +184,15 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
             max_retries=spec.max_retries,
         )
         requirements = rec.requirements()
+        free = [
+            w
+            for w in h.ctx.workers.values()
+            if w.schedulable and unmet(requirements, w.view()) is None
+        ]
         job_id = str((await h.fleet.submit(rec, actor="prop"))["job_id"])
+        assert (job_id in sim.stored_dispatched) == bool(free), (
+            f"{job_id} placed at submit: {job_id in sim.stored_dispatched}; free fits: {free}"
+        )
         sim.requirements[job_id] = requirements
         sim.rank[job_id] = (-spec.priority, rec.seq)
     elif action in ("ack", "complete", "fail", "stop") and (agent := sim.pick(sim.holders(), n)):
@@ -235,6 +248,13 @@ async def _scenario(
                 await h.fleet.drain(agent.worker_id, actor="prop")
             agents.append(agent)
         sim = Sim(h, agents)
+        create_dispatched_job = h.ctx.persistence.create_dispatched_job
+
+        async def counted(rec: JobRecord, *args: Any, **kwargs: Any) -> Any:
+            sim.stored_dispatched.append(rec.job_id)
+            return await create_dispatched_job(rec, *args, **kwargs)
+
+        h.ctx.persistence.create_dispatched_job = counted  # type: ignore[method-assign]
         sim.holding = {a.worker_id: None for a in agents}
         sim.online = {a.worker_id: True for a in agents}
         queue = list(jobs)

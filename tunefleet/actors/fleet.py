@@ -4,6 +4,7 @@ storage when the orchestrator starts (so a restart loses nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Any, cast
 
@@ -11,13 +12,14 @@ import structlog
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetContext
+from tunefleet.actors.errors import ActorError
 from tunefleet.actors.job_actor import JobActor
 from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.actors.scheduler import Scheduler
 from tunefleet.actors.stream import StreamConnection
 from tunefleet.actors.supervisor import Supervisor
 from tunefleet.actors.worker_actor import WorkerActor
-from tunefleet.audit import AuditKind
+from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden, NotFound
 from tunefleet.fsm.job import JobState
 from tunefleet.fsm.worker import WorkerState
@@ -337,17 +339,23 @@ class Fleet:
             config_name=rec.config_name,
             target_kind=rec.target,
         )
-        rec.seq, stored = await self.ctx.persistence.create_job(rec, event)
         job = JobActor(self.ctx, rec)
-        self.ctx.jobs[rec.job_id] = job
-        self.ctx.system.spawn(job)
-        # Schedule before the audit line is written: the dispatch commit need not wait.
-        self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
-        await self.ctx.audit.recorded(event, stored)
-        reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(rec.job_id)))
-        if reason is not None:
-            rec.wait_reason = reason
-            await self.ctx.persistence.save_wait_reason(rec.job_id, reason)
+        worker = await self._reserve_for_new_job(job)
+        reason: str | None = None
+        if worker is not None:
+            # Shielded: a caller gone mid-commit must not leave the job stored and
+            # its worker reserved with nobody to push it.
+            await asyncio.shield(self._submit_placed(job, worker, event))
+        else:
+            rec.seq, stored = await self.ctx.persistence.create_job(rec, event)
+            self._adopt_job(job)
+            # Schedule before the audit line is written: the dispatch commit need not wait.
+            self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
+            await self.ctx.audit.recorded(event, stored)
+            reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(rec.job_id)))
+            if reason is not None:
+                rec.wait_reason = reason
+                await self.ctx.persistence.save_wait_reason(rec.job_id, reason)
         snapshot: dict[str, Any] = (
             cast(dict[str, Any], await job.ask(m.Snapshot())) if job.alive else {"state": rec.state}
         )
@@ -362,6 +370,34 @@ class Fleet:
             "reason": reason,
             "error": None,
         }
+
+    async def _reserve_for_new_job(self, job: JobActor) -> WorkerActor | None:
+        """An idle worker reserved for a job not yet stored, when one fits and no older
+        pending job could take it (the scheduler decides); None: it queues as usual."""
+        worker_id = await self.ctx.scheduler.ask(m.PlaceNewJob(job.pending_view()))
+        worker = self.ctx.workers.get(worker_id) if isinstance(worker_id, str) else None
+        if worker is None:
+            return None
+        try:
+            reserved = await worker.ask(m.ReserveForJob(job.job_id))
+        except ActorError:  # stopped, or too slow: undo a reservation it makes late
+            worker.try_tell(m.CancelReservation(job.job_id))
+            return None
+        # Declined: no longer free (its stream closed meanwhile). It tells the scheduler
+        # when it is free again, as after any declined reservation.
+        return worker if reserved else None
+
+    async def _submit_placed(self, job: JobActor, worker: WorkerActor, event: AuditEntry) -> None:
+        """One commit for the submission and the dispatch; the job_submit is pushed after
+        it, then the actor runs as if it had been dispatched from the queue."""
+        recorded = await job.store_placed(worker, event)
+        self._adopt_job(job)  # before its worker can report on it: no await since the push
+        for entry, stored in recorded:
+            await self.ctx.audit.recorded(entry, stored)
+
+    def _adopt_job(self, job: JobActor) -> None:
+        self.ctx.jobs[job.job_id] = job
+        self.ctx.system.spawn(job)
 
     async def cancel(self, job_id: str, actor: str, reason: str | None = None) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)

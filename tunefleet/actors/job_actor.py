@@ -4,7 +4,7 @@ the assigned worker, progress and the timeline; stops when the job ends."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -13,11 +13,15 @@ from tunefleet.actors.context import FleetContext
 from tunefleet.actors.matching import PendingJob
 from tunefleet.actors.records import JobRecord
 from tunefleet.actors.runtime import Actor
-from tunefleet.audit import AuditKind
+from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
 from tunefleet.protocol.events import JobRequirements, JobSubmitEvent
 from tunefleet.tokens import hash_token, new_upload_token
+
+if TYPE_CHECKING:
+    from tunefleet.actors.worker_actor import WorkerActor
+    from tunefleet.storage.rows import AuditEventRow
 
 log = structlog.get_logger(__name__)
 
@@ -108,18 +112,8 @@ class JobActor(JobFsmMixin, Actor):
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             raise
         now = self.ctx.clock.time()
-        JOB_LIFECYCLE.fire(self, "dispatch")
-        self.worker_id = worker_id
-        self.rec.dispatched_at = now
-        self.rec.wait_reason = None
+        event = self._begin_dispatch(worker_id, now)
         try:
-            event = self.ctx.audit.entry(
-                AuditKind.JOB_DISPATCHED,
-                actor="scheduler",
-                target=self.job_id,
-                worker_id=worker_id,
-                attempt=self.attempts,
-            )
             stored = await self.ctx.persistence.commit_dispatch(
                 self._sync(),
                 worker_id,
@@ -130,16 +124,66 @@ class JobActor(JobFsmMixin, Actor):
             )
         except Exception:
             # Nothing was recorded: undo in memory and let the scheduler try again.
-            self.state, self.attempts, self.worker_id = JobState.PENDING, self.attempts - 1, None
-            worker.tell(m.CancelReservation(self.job_id))
+            self._undo_dispatch(worker)
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             raise
+        self._push_dispatch(worker, token, now)
+        await self.ctx.audit.recorded(event, stored)
+        self._publish()
+
+    async def store_placed(
+        self, worker: WorkerActor, submitted: AuditEntry
+    ) -> list[tuple[AuditEntry, AuditEventRow]]:
+        """Before this actor is spawned: store the new job already dispatched to ``worker``
+        (reserved for it), in one commit with its submission, then push it to the worker.
+        Returns the audit events to append once the actor is known. If the commit fails
+        nothing was stored: the worker's reservation is cancelled and the error raised."""
+        token = new_upload_token() if self.ctx.artifacts is not None else ""
+        now = self.ctx.clock.time()
+        dispatched = self._begin_dispatch(worker.worker_id, now)
+        try:
+            (
+                seq,
+                stored_submitted,
+                stored_dispatched,
+            ) = await self.ctx.persistence.create_dispatched_job(
+                self._sync(),
+                submitted,
+                dispatched,
+                upload_token_hash=hash_token(token) if token else None,
+            )
+        except Exception:
+            self._undo_dispatch(worker)
+            raise
+        self.rec.seq = seq
+        self._push_dispatch(worker, token, now)
+        self._publish()
+        return [(submitted, stored_submitted), (dispatched, stored_dispatched)]
+
+    def _begin_dispatch(self, worker_id: str, now: float) -> AuditEntry:
+        """The dispatch in memory (one more attempt), and its audit event to store with it."""
+        JOB_LIFECYCLE.fire(self, "dispatch")
+        self.worker_id = worker_id
+        self.rec.dispatched_at = now
+        self.rec.wait_reason = None
+        return self.ctx.audit.entry(
+            AuditKind.JOB_DISPATCHED,
+            actor="scheduler",
+            target=self.job_id,
+            worker_id=worker_id,
+            attempt=self.attempts,
+        )
+
+    def _undo_dispatch(self, worker: WorkerActor) -> None:
+        self.state, self.attempts, self.worker_id = JobState.PENDING, self.attempts - 1, None
+        worker.tell(m.CancelReservation(self.job_id))
+
+    def _push_dispatch(self, worker: WorkerActor, token: str, now: float) -> None:
+        """The dispatch is durable: send the job_submit, and wait for its acknowledgement."""
         self.upload_token = token
         self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
         worker.tell(m.PushJob(self.job_id, self.submit_event()))
         self.arm_ack_timer()
-        await self.ctx.audit.recorded(event, stored)
-        self._publish()
 
     def submit_event(self) -> JobSubmitEvent:
         rec = self.rec

@@ -235,6 +235,15 @@ class SchedulePass:
 
 
 @dataclass(frozen=True, slots=True)
+class PlaceNewJob:
+    """Reply: the id of the idle worker a job not yet stored goes to (taken from the
+    idle set), or None when it must wait in the queue like any other. Only a worker no
+    older pending job could take is chosen, so a new job never jumps the queue."""
+
+    job: PendingJob
+
+
+@dataclass(frozen=True, slots=True)
 class HasWorkFor:
     """Reply: whether a pending job would qualify for this worker."""
 

@@ -106,6 +106,38 @@ def job_record(row: JobRow) -> JobRecord:
     )
 
 
+def _insert_submitted(repos: Repos, rec: JobRecord, **placed: Any) -> int:
+    """The job row and its "submitted" timeline entry; its seq. ``placed``: the state and
+    dispatch columns of a job stored already dispatched."""
+    row = repos.jobs.create(
+        rec.job_id,
+        config=rec.config,
+        name=rec.name,
+        config_name=rec.config_name,
+        dataloader=rec.dataloader,
+        command=rec.command,
+        env=rec.env,
+        target=rec.target,
+        worker_labels=rec.worker_labels,
+        gpu_count=rec.gpu_count,
+        min_vram_gb=rec.min_vram_gb,
+        gpu_name=rec.gpu_name,
+        priority=rec.priority,
+        max_retries=rec.max_retries,
+        timeout_minutes=rec.timeout_minutes,
+        submitted_by=rec.submitted_by,
+        submitted_at=rec.submitted_at,
+        **placed,
+    )
+    repos.jobs.append_event(
+        rec.job_id,
+        "submitted",
+        detail={"by": rec.submitted_by, "target": rec.target},
+        at=rec.submitted_at,
+    )
+    return row.seq
+
+
 class Persistence:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -210,32 +242,40 @@ class Persistence:
         """Store a submitted job with its audit event; (its seq, the stored event)."""
 
         def create(repos: Repos) -> tuple[int, AuditEventRow]:
-            row = repos.jobs.create(
-                rec.job_id,
-                config=rec.config,
-                name=rec.name,
-                config_name=rec.config_name,
-                dataloader=rec.dataloader,
-                command=rec.command,
-                env=rec.env,
-                target=rec.target,
-                worker_labels=rec.worker_labels,
-                gpu_count=rec.gpu_count,
-                min_vram_gb=rec.min_vram_gb,
-                gpu_name=rec.gpu_name,
-                priority=rec.priority,
-                max_retries=rec.max_retries,
-                timeout_minutes=rec.timeout_minutes,
-                submitted_by=rec.submitted_by,
-                submitted_at=rec.submitted_at,
+            seq = _insert_submitted(repos, rec)
+            return seq, repos.audit.append(**event.row())
+
+        return await self.store.atomically(create)
+
+    async def create_dispatched_job(
+        self,
+        rec: JobRecord,
+        submitted: AuditEntry,
+        dispatched: AuditEntry,
+        upload_token_hash: str | None = None,
+    ) -> tuple[int, AuditEventRow, AuditEventRow]:
+        """Store a job placed before it was first written: submitted and dispatched
+        (state, first attempt, both timeline entries, both audit events) in ONE commit.
+        The same rows as create_job then commit_dispatch; (seq, both stored events)."""
+        worker_id, attempt, now = rec.worker_id, rec.attempts, rec.dispatched_at
+
+        def create(repos: Repos) -> tuple[int, AuditEventRow, AuditEventRow]:
+            seq = _insert_submitted(
+                repos,
+                rec,
+                state="dispatched",
+                worker_id=worker_id,
+                attempts=attempt,
+                dispatched_at=now,
             )
+            stored_submitted = repos.audit.append(**submitted.row())
+            repos.jobs.start_attempt(rec.job_id, attempt, worker_id=worker_id, dispatched_at=now)
+            if upload_token_hash is not None:
+                repos.artifacts.add_token(rec.job_id, attempt, upload_token_hash)
             repos.jobs.append_event(
-                rec.job_id,
-                "submitted",
-                detail={"by": rec.submitted_by, "target": rec.target},
-                at=rec.submitted_at,
+                rec.job_id, "dispatched", worker_id=worker_id, attempt=attempt, at=now
             )
-            return row.seq, repos.audit.append(**event.row())
+            return seq, stored_submitted, repos.audit.append(**dispatched.row())
 
         return await self.store.atomically(create)
 

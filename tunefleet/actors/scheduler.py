@@ -41,6 +41,8 @@ class Scheduler(Actor):
             case m.SchedulePass():
                 if self.pass_scheduled:
                     self._run_pass()
+            case m.PlaceNewJob(job=job):
+                return self.place_new(job)
             case m.HasWorkFor(worker=view):
                 self._run_pass()
                 return any(unmet(job.requirements, view) is None for job in self.pending.values())
@@ -85,6 +87,20 @@ class Scheduler(Actor):
         if unused:
             # A worker planned for a job that had just ended is still free: plan again.
             self._schedule_pass()
+
+    def place_new(self, job: PendingJob) -> str | None:
+        """The best idle worker for a job about to be submitted, taken for it; None if
+        none fits now. Older jobs come first: the pass they are owed runs before (and
+        again while one planned a worker for a job that had just ended), and once no
+        pass is owed no pending job fits any idle worker (a pass places every job that
+        fits one). So the worker chosen here is one no pending job could take."""
+        while self.pass_scheduled:
+            self._run_pass()
+        worker = self.idle.best_for(job.requirements.key())
+        if worker is None:
+            return None
+        self.idle.discard(worker.worker_id)
+        return worker.worker_id
 
     def explain(self, job_id: str) -> str | None:
         job = self.pending.get(job_id)

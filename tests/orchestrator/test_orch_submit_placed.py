@@ -1,0 +1,146 @@
+"""A job submitted while an idle connected worker fits it is placed before it is first
+written: the job, its attempt, both timeline entries and both audit events go in ONE
+commit, and the job_submit is pushed only after it. Counted in writes, never timed."""
+
+from __future__ import annotations
+
+import peewee as pw
+import pytest
+from orchestrator_testkit import FleetHarness, job_record
+
+from tunefleet.actors import messages as m
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class FenceRefuses(Exception):
+    """Stands for the HA fence refusing a write group (a newer term took over)."""
+
+
+def _refuse(database: pw.Database) -> None:
+    raise FenceRefuses("a newer leader holds the fleet")
+
+
+async def test_a_job_a_free_worker_fits_is_stored_dispatched_in_one_write(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    before = harness.db.stats
+    reply = await harness.fleet.submit(job_record(), actor="tester")
+    await harness.settle()
+    after = harness.db.stats
+    job_id = str(reply["job_id"])
+    assert (reply["status"], reply["allocated_worker_id"]) == ("dispatched", agent.worker_id)
+    # One write for the job (submitted and dispatched together), one for the worker's row.
+    assert after.writes - before.writes == 2
+    assert after.write_groups - before.write_groups == 2
+    assert agent.submitted_jobs() == [job_id]
+    job = await harness.job(job_id)
+    assert (job.state, job.worker_id, job.attempts) == ("dispatched", agent.worker_id, 1)
+    assert job.wait_reason is None
+    assert job.dispatched_at == job.submitted_at
+    assert await harness.timeline_kinds(job_id) == ["submitted", "dispatched"]
+    [attempt] = await harness.attempts(job_id)
+    assert (attempt.number, attempt.worker_id) == (1, agent.worker_id)
+    kinds = [e.kind for e in await harness.store.list_audit(target=job_id, newest_first=False)]
+    assert kinds == ["job.submitted", "job.dispatched"]
+    assert await harness.store.verify_audit() == (True, None)
+    assert harness.worker_state(agent.worker_id) == "busy"
+
+    await agent.run_to_completion(job_id)
+    assert await harness.job_state(job_id) == "completed"
+    assert harness.worker_state(agent.worker_id) == "idle"
+
+
+async def test_a_job_no_free_worker_fits_is_queued_then_dispatched_in_a_write_of_its_own(
+    harness: FleetHarness,
+) -> None:
+    small = await harness.agent("small")
+    before = harness.db.stats.writes
+    job_id = await harness.submit(gpu_count=2)
+    assert small.submitted_jobs() == []
+    job = await harness.job(job_id)
+    assert job.state == "pending"
+    assert job.wait_reason is not None and "needs 2" in job.wait_reason
+    assert harness.db.stats.writes - before == 2  # the job, then its wait reason (as before)
+
+    big = await harness.agent("big", gpu={"name": "A100", "vram_gb": 80.0, "count": 2})
+    assert big.submitted_jobs() == [job_id]
+    assert await harness.timeline_kinds(job_id) == ["submitted", "dispatched"]
+
+
+async def test_a_new_job_does_not_take_a_worker_an_older_pending_job_fits(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1", connect=False)
+    older = await harness.submit()
+    assert await harness.job_state(older) == "pending"
+    # The worker's stream opens and a new job comes in at once: the older job is owed
+    # that worker (tests/actors/test_scheduler_place_new.py holds the scheduler's side).
+    await agent.connect()
+    newer = (await harness.fleet.submit(job_record(), actor="tester"))["job_id"]
+    await harness.settle()
+    assert agent.submitted_jobs() == [older]
+    assert await harness.job_state(newer) == "pending"
+    await agent.run_to_completion(older)
+    assert agent.submitted_jobs() == [older, newer]
+
+
+async def test_a_refused_commit_stores_nothing_pushes_nothing_and_frees_the_worker(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    harness.db.set_write_fence(_refuse)
+    with pytest.raises(FenceRefuses):
+        await harness.fleet.submit(job_record(), actor="tester")
+    await harness.settle()
+    harness.db.set_write_fence(None)
+    assert agent.submitted_jobs() == []
+    assert harness.ctx.jobs == {}
+    assert await harness.store.list_jobs() == []
+    assert harness.worker_state(agent.worker_id) == "idle"
+    assert harness.worker(agent.worker_id).current_job_id is None
+
+    job_id = await harness.submit()  # the worker was given back to the scheduler
+    assert agent.submitted_jobs() == [job_id]
+
+
+async def test_a_worker_that_declines_the_reservation_leaves_the_job_queued(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    # Taken by another job behind the scheduler's back: the reservation is refused.
+    assert await harness.worker(agent.worker_id).ask(m.ReserveForJob("j_elsewhere"))
+    job_id = await harness.submit()
+    assert await harness.job_state(job_id) == "pending"
+    assert agent.submitted_jobs() == []
+    await harness.worker(agent.worker_id).ask(m.CancelReservation("j_elsewhere"))
+    await harness.settle()
+    assert agent.submitted_jobs() == [job_id]
+    assert await harness.timeline_kinds(job_id) == ["submitted", "dispatched"]
+
+
+async def test_a_job_stored_dispatched_survives_a_restart_before_its_worker_row_was_written(
+    harness: FleetHarness,
+) -> None:
+    """The crash came between the job's commit and the worker's own row: the job table
+    is the authority, so the worker holds the job again and gets it pushed again."""
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    agent.forget()  # the job_submit never reached the agent
+    assert await harness.store.cas_worker_state(
+        agent.worker_id, "busy", "idle", current_job_id=None
+    )
+    after = await harness.restart(5.0, agent)
+
+    assert after.worker_state(agent.worker_id) == "busy"
+    assert await after.job_state(job_id) == "dispatched"
+    reply = await agent.register(current_job_id=None)
+    assert reply["resume_job"] is None and reply["abandon_job"] is None
+    await agent.connect(None)
+    await after.settle()
+    assert agent.submitted_jobs() == [job_id]
+    await agent.run_to_completion(job_id)
+    job = await after.job(job_id)
+    assert (job.state, job.attempts) == ("completed", 1)
+    assert await after.timeline_kinds(job_id) == ["submitted", "dispatched", "started", "completed"]
