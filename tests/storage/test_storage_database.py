@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -371,11 +372,11 @@ async def test_a_failing_write_that_joined_during_the_linger_undoes_only_itself(
 
 async def test_concurrency_seen_before_a_quiet_spell_is_forgotten(db: Database) -> None:
     await _make_concurrent(db)
-    now = [1000.0]
+    looks = [0]
 
-    def quiet_clock() -> float:  # every look at the clock finds a minute gone
-        now[0] += 60.0
-        return now[0]
+    def quiet_clock() -> float:  # every look at the clock finds another minute gone
+        looks[0] += 1
+        return time.monotonic() + 60.0 * looks[0]
 
     db._monotonic = quiet_clock
     before = db.stats.lingers
