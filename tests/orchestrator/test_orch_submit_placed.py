@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import peewee as pw
 import pytest
-from orchestrator_testkit import FleetHarness, job_record
+from orchestrator_testkit import FleetHarness, Storage, job_record
 
 from tunefleet.actors import messages as m
 
 pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def storage() -> Storage:
+    """SQLite: these count the database's writes, fence it and restart from it."""
+    return "sqlite"
 
 
 class FenceRefuses(Exception):
