@@ -117,9 +117,9 @@ class Fleet:
             # The push may not have reached the agent before the restart: send it again.
             await actor.renew_upload_credentials()
             worker.tell(m.PushJob(rec.job_id, actor.submit_event()))
-            actor.arm_ack_timer()
+            actor.arm_ack_timeout()
         elif rec.state == JobState.RUNNING:
-            actor.arm_run_timer(elapsed_s=self.ctx.clock.time() - (rec.started_at or 0.0))
+            actor.arm_run_timeout(elapsed_s=self.ctx.clock.time() - (rec.started_at or 0.0))
 
     async def _remove_worker(self, worker_id: str, reason: str) -> None:
         worker = self.ctx.workers.get(worker_id)

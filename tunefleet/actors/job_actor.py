@@ -45,6 +45,8 @@ class JobActor(JobFsmMixin, Actor):
         # Why the orchestrator asked the agent to stop ("cancelled by …" or "timeout").
         self.stop_reason: str | None = record.stop_reason
         self.stop_is_timeout = record.stop_is_timeout
+        # This attempt's acknowledgement, run and cancel-grace timers: the job's own
+        # (each expiry names its attempt, so a late one for an earlier attempt is ignored).
         self.timers: list[Any] = []
         # The current attempt's upload credential (only its hash is stored) and the
         # checkpoint it was told to resume from.
@@ -70,12 +72,12 @@ class JobActor(JobFsmMixin, Actor):
                 await self.on_dispatch(worker_id)
             case m.WorkerLost(worker_id=worker_id, reason=reason):
                 await self.on_worker_lost(worker_id, reason)
-            case m.AckTimedOut(attempt=attempt):
-                await self.on_ack_timeout(attempt)
+            case m.AckTimeoutExpired(attempt=attempt):
+                await self.on_ack_timeout_expired(attempt)
             case m.NotDelivered():
                 await self.on_not_delivered(message)
-            case m.RunTimedOut(attempt=attempt):
-                await self.on_run_timeout(attempt)
+            case m.RunTimeoutExpired(attempt=attempt):
+                await self.on_run_timeout_expired(attempt)
             case m.CancelGraceExpired(attempt=attempt):
                 await self.on_cancel_grace_expired(attempt)
             case _:
@@ -183,7 +185,7 @@ class JobActor(JobFsmMixin, Actor):
         self.upload_token = token
         self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
         worker.tell(m.PushJob(self.job_id, self.submit_event()))
-        self.arm_ack_timer()
+        self.arm_ack_timeout()
 
     def submit_event(self) -> JobSubmitEvent:
         rec = self.rec
@@ -279,7 +281,7 @@ class JobActor(JobFsmMixin, Actor):
         await self.ctx.persistence.commit_start(self.job_id, self.attempts, self.worker_id, now)
         if self.worker_id and (worker := self.ctx.workers.get(self.worker_id)) is not None:
             worker.tell(m.JobAcknowledged(self.job_id))
-        self.arm_run_timer(elapsed_s=0.0)
+        self.arm_run_timeout(elapsed_s=0.0)
         if self.stop_reason is not None and self.worker_id:
             # Cancelled while dispatched: the agent has it now, so tell it again.
             self._tell_worker(m.PushCancel(self.job_id, self.stop_reason))
@@ -326,7 +328,7 @@ class JobActor(JobFsmMixin, Actor):
             return
         await self._requeue_or_fail(reason, self.ctx.clock.time())
 
-    async def on_ack_timeout(self, attempt: int) -> None:
+    async def on_ack_timeout_expired(self, attempt: int) -> None:
         if self.state != JobState.DISPATCHED or attempt != self.attempts:
             return
         worker_id = self.worker_id
@@ -351,7 +353,7 @@ class JobActor(JobFsmMixin, Actor):
         self._release_worker(hold=False)
         await self._requeue_or_fail(msg.reason, self.ctx.clock.time(), undelivered=True)
 
-    async def on_run_timeout(self, attempt: int) -> None:
+    async def on_run_timeout_expired(self, attempt: int) -> None:
         if self.state != JobState.RUNNING or attempt != self.attempts:
             return
         if self.stop_reason is not None:
@@ -390,7 +392,7 @@ class JobActor(JobFsmMixin, Actor):
         """Push the cancel to the agent and give it the grace period to confirm (again,
         after a restart)."""
         self._tell_worker(m.PushCancel(self.job_id, self.stop_reason or "cancelled"))
-        self._arm(self.ctx.settings.cancel_grace_s, m.CancelGraceExpired(self.attempts))
+        self.arm_cancel_grace()
 
     async def on_cancel_grace_expired(self, attempt: int) -> None:
         if attempt != self.attempts or self.state not in (JobState.DISPATCHED, JobState.RUNNING):
@@ -481,13 +483,18 @@ class JobActor(JobFsmMixin, Actor):
         self._publish()
         self.ctx.system.stop_soon(self)
 
-    def arm_ack_timer(self) -> None:
-        self._arm(self.ctx.settings.dispatch_ack_timeout_s, m.AckTimedOut(self.attempts))
+    # --- timers: arm_<timer> sends <Timer>Expired, handled by on_<timer>_expired --------
 
-    def arm_run_timer(self, elapsed_s: float) -> None:
+    def arm_ack_timeout(self) -> None:
+        self._arm(self.ctx.settings.dispatch_ack_timeout_s, m.AckTimeoutExpired(self.attempts))
+
+    def arm_run_timeout(self, elapsed_s: float) -> None:
         if self.rec.timeout_minutes:
             remaining = max(0.0, self.rec.timeout_minutes * 60.0 - elapsed_s)
-            self._arm(remaining, m.RunTimedOut(self.attempts))
+            self._arm(remaining, m.RunTimeoutExpired(self.attempts))
+
+    def arm_cancel_grace(self) -> None:
+        self._arm(self.ctx.settings.cancel_grace_s, m.CancelGraceExpired(self.attempts))
 
     def _arm(self, delay_s: float, message: object) -> None:
         self.timers.append(self.ctx.clock.call_later(delay_s, partial(self.try_tell, message)))

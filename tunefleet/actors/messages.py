@@ -51,7 +51,8 @@ class HeartbeatReceived:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatExpired:
-    """The supervisor's deadline passed without a heartbeat."""
+    """The worker's heartbeat deadline passed without a heartbeat (its own timer, or the
+    supervisor's health check catching a missed one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,17 +187,23 @@ class NotDelivered:
 
 
 @dataclass(frozen=True, slots=True)
-class AckTimedOut:
+class AckTimeoutExpired:
+    """This attempt's dispatch was not acknowledged within dispatch_ack_timeout_s."""
+
     attempt: int
 
 
 @dataclass(frozen=True, slots=True)
-class RunTimedOut:
+class RunTimeoutExpired:
+    """This attempt ran for the job's timeout_minutes."""
+
     attempt: int
 
 
 @dataclass(frozen=True, slots=True)
 class CancelGraceExpired:
+    """The agent did not confirm a stop of this attempt within cancel_grace_s."""
+
     attempt: int
 
 

@@ -10,13 +10,13 @@ import structlog
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetContext
+from tunefleet.actors.deadline import Deadline
 from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
 from tunefleet.actors.matching import WorkerView
 from tunefleet.actors.records import WorkerRecord
 from tunefleet.actors.runtime import Actor
 from tunefleet.actors.stream import Outbox, StreamConnection
 from tunefleet.actors.stream_presence import ReconnectGrace
-from tunefleet.actors.supervisor import Deadline
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict
 from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
@@ -115,7 +115,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             case m.CloseStream(connection_id=cid):
                 self.on_close_stream(cid)
             case m.ReconnectGraceExpired(generation=generation):
-                self.on_grace_expired(generation)
+                self.on_reconnect_grace_expired(generation)
             case m.CancelReservation(job_id=job_id):
                 await self.on_cancel_reservation(job_id)
             case m.PushJob():
@@ -240,7 +240,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             return None
         return self.outbox.find(self.current_job_id, "job_submit")
 
-    def on_grace_expired(self, generation: int) -> None:
+    def on_reconnect_grace_expired(self, generation: int) -> None:
         if not self.grace.expired(generation) or self.connection is not None:
             return
         submit = self._undelivered_submit()
