@@ -53,6 +53,7 @@ async def local(tmp_path: Path) -> AsyncIterator[LocalFleet]:
         clock,
         FleetSettings(),
         local_worker=local_worker_record(inventory, clock.time()),
+        storage="memory",
     )
     executor = JobExecutor(
         tmp_path / "local-runner", TRAINER, grace_s=5.0, log_interval_s=0.05, progress_poll_s=0.05
