@@ -320,6 +320,26 @@ async def test_authenticator_on_a_parent_app_serves_a_sub_app(
     assert (await response.json()) == {"w": "w_1"}
 
 
+async def test_a_sub_app_with_its_own_authenticator_uses_it(aiohttp_client: ClientMaker) -> None:
+    parent = web.Application(middlewares=[error_middleware])
+    parent[AUTHENTICATOR_KEY] = FakeAuthenticator()
+    child = web.Application()
+    own = FakeAuthenticator()
+    own.workers = {hash_token(WORKER_TOKEN): WorkerPrincipal("w_child")}
+    child[AUTHENTICATOR_KEY] = own
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"w": (await require_worker(request)).worker_id})
+
+    child.router.add_post("/x", handler)
+    parent.router.add_post("/x", handler)
+    parent.add_subapp("/sub", child)
+    client = await aiohttp_client(parent)
+    headers = {"X-Worker-Token": WORKER_TOKEN}
+    assert (await (await client.post("/sub/x", headers=headers)).json()) == {"w": "w_child"}
+    assert (await (await client.post("/x", headers=headers)).json()) == {"w": "w_1"}
+
+
 # --- permissions -----------------------------------------------------------------------
 
 

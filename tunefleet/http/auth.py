@@ -126,8 +126,11 @@ def extract_worker_token(request: web.Request) -> str | None:
 
 
 def _authenticator(request: web.Request) -> Authenticator:
-    # config_dict also finds the key on a parent app when routes live in a sub-app.
-    authenticator = request.config_dict.get(AUTHENTICATOR_KEY)
+    # The request's own app first: config_dict builds a chain of every enclosing app on
+    # each request, which only a route in a sub-app needs.
+    authenticator = request.app.get(AUTHENTICATOR_KEY)
+    if authenticator is None:
+        authenticator = request.config_dict.get(AUTHENTICATOR_KEY)
     if authenticator is None:
         raise RuntimeError("no Authenticator on the app; set app[AUTHENTICATOR_KEY]")
     return authenticator
