@@ -27,7 +27,9 @@ from tunefleet.cli.client import (
 from tunefleet.cli.follow import JobWatch, RateMeter, follow_job, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, final_line, render
 from tunefleet.cli.local_config import LocalConfigError, resolve
-from tunefleet.cli.output import duration, no_match, relative_time
+from tunefleet.cli.main import cli
+from tunefleet.cli.output import STATUS_STYLES, duration, no_match, relative_time
+from tunefleet.fsm import JobState, WorkerState
 from tunefleet.protocol.sse import SseEvent
 
 NOW = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
@@ -322,3 +324,16 @@ def test_query_drops_unset_values_and_repeats_lists() -> None:
         ("b", "true"), ("c", "1"), ("c", "x"), ("d", "0"),
     ]  # fmt: skip
     assert _query(None) is None
+
+
+def test_the_status_choices_are_the_lifecycle_states() -> None:
+    """`--status` offers exactly the states the orchestrator has, and each has a colour."""
+
+    def choices(group: str) -> list[str]:
+        command = cli.commands[group].commands["list"]
+        option = next(p for p in command.params if p.name in ("status", "statuses"))
+        return list(option.type.choices)
+
+    assert choices("jobs") == [state.value for state in JobState]
+    assert choices("workers") == [state.value for state in WorkerState]
+    assert set(STATUS_STYLES) == {*JobState, *WorkerState}

@@ -10,6 +10,8 @@ each naming its own way to force (``?force=true``, ``tunefleet workers delete ID
 
 from __future__ import annotations
 
+from tunefleet.fsm.worker import WorkerState
+
 API_FORCE = "?force=true"
 CLI_FORCE = "tunefleet workers delete {worker_id} --force"
 
@@ -26,7 +28,7 @@ def refused_delete_advice(
     head = f"worker {worker_id} is {status}"
     ephemeral = worker_type == "ephemeral"
     if job_id is None:
-        if ephemeral and status == "draining":
+        if ephemeral and status == WorkerState.DRAINING:
             return (
                 f"{head}: its ephemeral agent was told to stop, so it goes offline when it "
                 f"disconnects; delete it then, or now with {forced} (no job is lost)"
@@ -40,7 +42,11 @@ def refused_delete_advice(
             f"{head} and runs no job; a persistent worker stays online even when drained, "
             f"so delete it with {forced} (its agent is told to stop; no job is lost)"
         )
-    finish = "the job finishes first" if status == "draining" else "drain it to let the job finish"
+    finish = (
+        "the job finishes first"
+        if status == WorkerState.DRAINING
+        else "drain it to let the job finish"
+    )
     now = f"or use {forced} now and the job goes back to the queue"
     if ephemeral:
         return (

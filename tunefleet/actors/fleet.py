@@ -23,6 +23,7 @@ from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden, NotFound
 from tunefleet.fsm.job import JobState
 from tunefleet.fsm.worker import WorkerState
+from tunefleet.protocol.status import TERMINAL_STATUSES
 
 log = structlog.get_logger(__name__)
 
@@ -186,7 +187,7 @@ class Fleet:
             raise Forbidden("Worker not assigned to this job")
         if assigned == worker_id and status == state:
             return {"success": True}  # a retried final report: same answer as the first
-        if assigned == worker_id and status not in ("completed", "failed", "cancelled"):
+        if assigned == worker_id and status not in TERMINAL_STATUSES:
             return {"success": True, "status": state}
         raise Conflict(f"job {job_id} is already {state}; stop reporting on it")
 
@@ -421,7 +422,12 @@ class Fleet:
         order = cast(list[str], await self.ctx.scheduler.ask(m.QueueOrder()))
         reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(job_id)))
         position = order.index(job_id) + 1 if job_id in order else None
-        return {"job_id": job_id, "position": position, "status": "pending", "reason": reason}
+        return {
+            "job_id": job_id,
+            "position": position,
+            "status": JobState.PENDING,
+            "reason": reason,
+        }
 
     async def wait_reason(self, job_id: str) -> str | None:
         job = self.ctx.jobs.get(job_id)
@@ -435,12 +441,9 @@ class Fleet:
         for w in self.ctx.workers.values():
             workers[w.state] = workers.get(w.state, 0) + 1
         return {
-            "queue_depth": counts.get("pending", 0),
-            "dispatched": counts.get("dispatched", 0),
-            "running": counts.get("running", 0),
-            "completed": counts.get("completed", 0),
-            "failed": counts.get("failed", 0),
-            "cancelled": counts.get("cancelled", 0),
+            "queue_depth": counts.get(JobState.PENDING, 0),
+            # Then one count per other state, named as the state: "dispatched", "running"...
+            **{str(state): counts.get(state, 0) for state in JobState if state != JobState.PENDING},
             "avg_wait_seconds": await self.ctx.persistence.average_wait_s(),
             "workers": {"total": len(self.ctx.workers), **workers},
         }

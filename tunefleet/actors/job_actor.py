@@ -17,6 +17,7 @@ from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
 from tunefleet.protocol.events import JobRequirements, JobSubmitEvent
+from tunefleet.protocol.status import RUNNING_STATUSES, TERMINAL_STATUSES, ReportedStatus
 from tunefleet.tokens import hash_token, new_upload_token
 
 if TYPE_CHECKING:
@@ -25,9 +26,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-# What agents say → what it means for the lifecycle. `training` is SimpleTuner's word.
-_RUNNING_WORDS = frozenset({"starting", "running", "training", "progress"})
-_TERMINAL_WORDS = frozenset({"completed", "failed", "cancelled"})
+# What agents say (training already read as running at the wire) or a heartbeat carried.
+_RUNNING_WORDS = RUNNING_STATUSES | {m.HEARTBEAT_PROGRESS}
 
 
 class JobActor(JobFsmMixin, Actor):
@@ -265,12 +265,12 @@ class JobActor(JobFsmMixin, Actor):
                     progress=self.rec.progress,
                 )
             return {"success": True}
-        if word not in _TERMINAL_WORDS:
+        if word not in TERMINAL_STATUSES:
             return {"success": True}
         if msg.progress:  # the last numbers of the run belong to its history too
             await self.ctx.persistence.save_metrics(self.job_id, self.attempts, msg.progress, now)
         await self._finish_from_report(word, msg.error, now)
-        if word == "completed" and self.ctx.artifacts is not None:
+        if word == ReportedStatus.COMPLETED and self.ctx.artifacts is not None:
             await self.ctx.artifacts.record_outcome(self.job_id, self.attempts, msg.outputs)
         return {"success": True, "release_hold": True}
 
@@ -300,9 +300,9 @@ class JobActor(JobFsmMixin, Actor):
         )
 
     async def _finish_from_report(self, word: str, error: str | None, now: float) -> None:
-        if word == "completed":
+        if word == ReportedStatus.COMPLETED:
             await self._end("complete", JobState.COMPLETED, None, now)
-        elif word == "failed":
+        elif word == ReportedStatus.FAILED:
             await self._end("fail", JobState.FAILED, error or "the trainer reported a failure", now)
         elif self.stop_is_timeout:
             await self._end("fail", JobState.FAILED, self.stop_reason, now)

@@ -28,7 +28,9 @@ from tunefleet.agent.executor import (
 )
 from tunefleet.agent.gpu import GpuInventory
 from tunefleet.agent.job_submit import job_spec
+from tunefleet.fsm.worker import WorkerState
 from tunefleet.protocol.events import JobCancelEvent, JobSubmitEvent, read_event
+from tunefleet.protocol.status import ReportedStatus
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +41,7 @@ def local_worker_record(inventory: GpuInventory, now: float) -> WorkerRecord:
         worker_id=LOCAL_WORKER_ID,
         name="local",
         worker_type="persistent",
-        state="connecting",
+        state=WorkerState.CONNECTING,
         is_local=True,
         labels={"location": "orchestrator"},
         gpu_info=dict(fields.get("gpu_info") or {}),
@@ -112,7 +114,7 @@ class LocalRunner:
                 await self.fleet.heartbeat(
                     LOCAL_WORKER_ID,
                     m.HeartbeatReceived(
-                        status="busy" if self._current else "idle",
+                        status=WorkerState.BUSY if self._current else WorkerState.IDLE,
                         current_job_id=self._current,
                         job_progress=self._progress,
                         gpu_utilization=None,
@@ -151,14 +153,16 @@ class LocalRunner:
         spec = replace(spec, env={**spec.env, **self._gpu_env(submit)})
         self._attempt = spec.attempt
         try:
-            await self._report(job_id, "starting", None, None)
+            await self._report(job_id, ReportedStatus.STARTING, None, None)
 
             async def on_event(ev: object) -> None:
                 if isinstance(ev, JobStarted) and ev.resumed_from is not None:
-                    await self._report(job_id, "running", None, None, resumed_from=ev.resumed_from)
+                    await self._report(
+                        job_id, ReportedStatus.RUNNING, None, None, resumed_from=ev.resumed_from
+                    )
                 elif isinstance(ev, ProgressReported):
                     self._progress = ev.progress
-                    await self._report(job_id, "running", ev.progress, None)
+                    await self._report(job_id, ReportedStatus.RUNNING, ev.progress, None)
                 elif isinstance(ev, LogBatch):
                     lines = [
                         {"seq": ln.seq, "stream": ln.stream, "line": ln.line, "at": ln.at}
@@ -173,7 +177,9 @@ class LocalRunner:
         except Exception as error:
             log.exception("local job failed to run", job_id=job_id)
             with contextlib.suppress(Exception):
-                await self._report(job_id, "failed", None, f"local runner error: {error}")
+                await self._report(
+                    job_id, ReportedStatus.FAILED, None, f"local runner error: {error}"
+                )
         finally:
             self._current = None
             self._progress = None

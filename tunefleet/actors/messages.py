@@ -146,6 +146,10 @@ class DispatchTo:
     worker_id: str
 
 
+# StatusReported.status of the job progress a heartbeat carried: no agent sends this word.
+HEARTBEAT_PROGRESS = "progress"
+
+
 @dataclass(frozen=True, slots=True)
 class StatusReported:
     """``attempt`` is the dispatch the report is about, when the agent says (tunefleet's

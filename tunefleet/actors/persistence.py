@@ -18,11 +18,12 @@ from tunefleet.actors.clock import Clock, Timer
 from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.audit import AuditEntry
 from tunefleet.errors import Conflict
+from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.storage.rows import AuditEventRow, JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_metrics import metric_point
 
-_LIVE = ("pending", "dispatched", "running")
+_LIVE = tuple(state for state in JobState if state not in TERMINAL_JOB_STATES)
 # Heartbeats seen within this many seconds share one write.
 HEARTBEAT_FLUSH_S = 1.0
 
@@ -163,7 +164,7 @@ class Persistence:
         for event in await self.store.list_job_events(job.job_id):
             if event.kind == "requeued" and event.detail.get(UNDELIVERED):
                 job.undelivered += 1
-            if job.state == "pending":
+            if job.state == JobState.PENDING:
                 continue
             if event.kind == STOP_REQUESTED and event.attempt == job.attempts:
                 job.stop_reason = str(event.detail.get("reason") or "cancelled")
@@ -263,7 +264,7 @@ class Persistence:
             seq = _insert_submitted(
                 repos,
                 rec,
-                state="dispatched",
+                state=JobState.DISPATCHED,
                 worker_id=worker_id,
                 attempts=attempt,
                 dispatched_at=now,
@@ -273,7 +274,7 @@ class Persistence:
             if upload_token_hash is not None:
                 repos.artifacts.add_token(rec.job_id, attempt, upload_token_hash)
             repos.jobs.append_event(
-                rec.job_id, "dispatched", worker_id=worker_id, attempt=attempt, at=now
+                rec.job_id, JobState.DISPATCHED, worker_id=worker_id, attempt=attempt, at=now
             )
             return seq, stored_submitted, repos.audit.append(**dispatched.row())
 
@@ -294,8 +295,8 @@ class Persistence:
         def dispatch(repos: Repos) -> AuditEventRow:
             moved = repos.jobs.cas_state(
                 rec.job_id,
-                "pending",
-                "dispatched",
+                JobState.PENDING,
+                JobState.DISPATCHED,
                 worker_id=worker_id,
                 attempts=attempt,
                 dispatched_at=now,
@@ -308,7 +309,7 @@ class Persistence:
                 # The attempt's upload credential exists exactly when the dispatch does.
                 repos.artifacts.add_token(rec.job_id, attempt, upload_token_hash)
             repos.jobs.append_event(
-                rec.job_id, "dispatched", worker_id=worker_id, attempt=attempt, at=now
+                rec.job_id, JobState.DISPATCHED, worker_id=worker_id, attempt=attempt, at=now
             )
             return repos.audit.append(**event.row())
 
@@ -318,7 +319,7 @@ class Persistence:
         self, job_id: str, attempt: int, worker_id: str | None, now: float
     ) -> None:
         def start(repos: Repos) -> None:
-            repos.jobs.cas_state(job_id, "dispatched", "running", started_at=now)
+            repos.jobs.cas_state(job_id, JobState.DISPATCHED, JobState.RUNNING, started_at=now)
             repos.jobs.ack_attempt(job_id, attempt, started_at=now)
             repos.jobs.append_event(job_id, "started", worker_id=worker_id, attempt=attempt, at=now)
 
@@ -388,7 +389,11 @@ class Persistence:
 
         def requeue(repos: Repos) -> AuditEventRow:
             repos.jobs.cas_state(
-                job_id, ("dispatched", "running"), "pending", worker_id=None, progress=None
+                job_id,
+                (JobState.DISPATCHED, JobState.RUNNING),
+                JobState.PENDING,
+                worker_id=None,
+                progress=None,
             )
             repos.jobs.end_attempt(job_id, attempt, outcome=outcome, reason=reason, ended_at=now)
             repos.jobs.append_event(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunefleet.actors.matching import Requirements, WorkerView
 from tunefleet.commands import loader_env_names
+from tunefleet.fsm.worker import WorkerState
 
 if TYPE_CHECKING:
     from tunefleet.actors import messages as m
@@ -123,7 +124,10 @@ class WorkerRecord:
         connected: bool,
         now: float,
     ) -> dict[str, Any]:
-        online = state not in ("offline", "connecting") and self.connected_at is not None
+        online = (
+            state not in (WorkerState.OFFLINE, WorkerState.CONNECTING)
+            and self.connected_at is not None
+        )
         return {
             "id": self.worker_id,
             "worker_id": self.worker_id,

@@ -17,6 +17,7 @@ import structlog
 from tunefleet.actors import messages as m
 from tunefleet.actors.clock import Timer
 from tunefleet.actors.runtime import Actor
+from tunefleet.fsm.worker import WorkerState
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
@@ -63,12 +64,12 @@ class Supervisor(Actor):
         now = self.ctx.clock.time()
         retention = self.ctx.settings.ephemeral_retention_s
         for worker in list(self.ctx.workers.values()):
-            if worker.heartbeat.expired() and worker.state != "offline":
+            if worker.heartbeat.expired() and worker.state != WorkerState.OFFLINE:
                 worker.tell(m.HeartbeatExpired())
             rec = worker.rec
             if (
                 rec.worker_type == "ephemeral"
-                and worker.state == "offline"
+                and worker.state == WorkerState.OFFLINE
                 and rec.offline_at is not None
                 and now - rec.offline_at >= retention
             ):

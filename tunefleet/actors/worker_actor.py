@@ -19,6 +19,7 @@ from tunefleet.actors.stream import Outbox, StreamConnection
 from tunefleet.actors.stream_presence import ReconnectGrace
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict
+from tunefleet.fsm.job import JobState
 from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
 from tunefleet.protocol.events import DrainEvent, JobCancelEvent, ShutdownEvent
 from tunefleet.protocol.events import StreamEvent as WorkerEvent
@@ -173,7 +174,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             job = self.ctx.jobs.get(held)
             if job is not None and reported == held:
                 resume_job = {"job_id": held, "config_name": job.config_name, "status": job.state}
-            elif job is not None and job.state == "dispatched":
+            elif job is not None and job.state == JobState.DISPATCHED:
                 # The agent never got it (or lost it before starting): send it again.
                 self.force_replay_job = held
             else:
@@ -279,7 +280,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         self.ctx.metrics.heartbeats.inc()
         job = self.ctx.jobs.get(self.current_job_id) if self.current_job_id else None
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
-            job.tell(m.StatusReported(self.worker_id, "progress", msg.job_progress, None))
+            job.tell(m.StatusReported(self.worker_id, m.HEARTBEAT_PROGRESS, msg.job_progress, None))
         self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
         if self.ctx.hub.subscriber_count:  # live pages show GPU use and "last seen"
             self.ctx.hub.publish("worker", worker=self.snapshot())

@@ -50,6 +50,7 @@ from tunefleet.agent.progress import ProgressTail
 from tunefleet.agent.uploads import UploadRefused
 from tunefleet.commands import refusal
 from tunefleet.errors import TunefleetError
+from tunefleet.protocol.status import ReportedStatus
 
 __all__ = [
     "ArtifactPlan",
@@ -205,12 +206,12 @@ class _Attempt:
         try:
             named = chosen_command(self.spec.command, ex.default_command)
         except JobSetupError as error:
-            return JobOutcome("failed", None, str(error), [])
+            return JobOutcome(ReportedStatus.FAILED, None, str(error), [])
         refused = refusal(named, self.spec.env, ex.allowed_commands)
         if refused is not None:
             # Nothing is prepared or started: the job fails with the reason.
             self._log.warning("job refused", argv=named, reason=refused)
-            return JobOutcome("failed", None, f"refused by this worker: {refused}", [])
+            return JobOutcome(ReportedStatus.FAILED, None, f"refused by this worker: {refused}", [])
         try:
             files = prepare_job_dir(
                 ex.work_dir,
@@ -234,7 +235,7 @@ class _Attempt:
             log_file = files.log_path.open("a", encoding="utf-8")
         except (JobSetupError, OSError) as error:
             self._log.warning("job setup failed", error=str(error))
-            return JobOutcome("failed", None, str(error), [])
+            return JobOutcome(ReportedStatus.FAILED, None, str(error), [])
         forwarding = asyncio.create_task(
             self._forwarder.run(), name=f"job-events-{self.spec.job_id}"
         )
@@ -276,9 +277,9 @@ class _Attempt:
                 if await self._unless_cancelled(artifacts.restore()):
                     update_config(files, resume_from_checkpoint="latest")
             except _Interrupted:
-                return JobOutcome("cancelled", None, self.cancel_reason, capture.tail)
+                return JobOutcome(ReportedStatus.CANCELLED, None, self.cancel_reason, capture.tail)
             outcome = await self._supervise(files, argv, env, capture, artifacts)
-            if outcome.status == "cancelled":
+            if outcome.status == ReportedStatus.CANCELLED:
                 await self._store_last_checkpoint(artifacts)
                 return outcome
             return await self._store_outputs(artifacts, outcome, capture)
@@ -288,12 +289,14 @@ class _Attempt:
     async def _store_outputs(
         self, artifacts: JobArtifacts, outcome: JobOutcome, capture: OutputCapture
     ) -> JobOutcome:
-        completed = outcome.status == "completed"
+        completed = outcome.status == ReportedStatus.COMPLETED
         self._storing = True
         try:
             outputs = await self._unless_cancelled(artifacts.finish(completed))
         except _Interrupted:
-            return JobOutcome("cancelled", outcome.exit_code, self.cancel_reason, capture.tail)
+            return JobOutcome(
+                ReportedStatus.CANCELLED, outcome.exit_code, self.cancel_reason, capture.tail
+            )
         except UploadRefused as error:
             reason = f"outputs not stored: {error}"
             self._log.warning("outputs not stored", error=str(error))
@@ -301,7 +304,9 @@ class _Attempt:
             if not completed:
                 return outcome
             failed = {"stored": False, "reason": reason}
-            return JobOutcome("failed", outcome.exit_code, reason, capture.tail, failed)
+            return JobOutcome(
+                ReportedStatus.FAILED, outcome.exit_code, reason, capture.tail, failed
+            )
         finally:
             self._storing = False
         if not completed:
@@ -359,7 +364,7 @@ class _Attempt:
             message = f"cannot start command {argv[0]!r}{who}: {error.strerror or error}"
             self._log.warning("job command could not start", argv=argv, error=str(error))
             capture.note(message)
-            return JobOutcome("failed", None, message, capture.tail)
+            return JobOutcome(ReportedStatus.FAILED, None, message, capture.tail)
         self._proc = proc
         self._log.info("job started", pid=proc.pid, argv=argv, job_dir=str(files.job_dir))
         restored = artifacts.restored if artifacts is not None else None
@@ -453,9 +458,9 @@ class _Attempt:
     def _outcome(self, returncode: int, capture: OutputCapture) -> JobOutcome:
         tail = capture.tail
         if self.cancel_reason is not None:
-            return JobOutcome("cancelled", returncode, self.cancel_reason, tail)
+            return JobOutcome(ReportedStatus.CANCELLED, returncode, self.cancel_reason, tail)
         if returncode == 0:
-            return JobOutcome("completed", 0, None, tail)
+            return JobOutcome(ReportedStatus.COMPLETED, 0, None, tail)
         if returncode < 0:
             try:
                 reason = f"killed by signal {signal.Signals(-returncode).name}"
@@ -464,4 +469,6 @@ class _Attempt:
         else:
             reason = f"exit code {returncode}"
         last = capture.last_line()
-        return JobOutcome("failed", returncode, f"{reason}: {last}" if last else reason, tail)
+        return JobOutcome(
+            ReportedStatus.FAILED, returncode, f"{reason}: {last}" if last else reason, tail
+        )

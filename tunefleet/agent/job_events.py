@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-JobStatus: TypeAlias = Literal["completed", "failed", "cancelled"]
+from tunefleet.protocol.status import ReportedStatus
+
+# How an attempt ended: a terminal status word, as the agent reports it.
+JobStatus: TypeAlias = Literal[
+    ReportedStatus.COMPLETED, ReportedStatus.FAILED, ReportedStatus.CANCELLED
+]
 LogStream: TypeAlias = Literal["stdout", "stderr"]
 
 

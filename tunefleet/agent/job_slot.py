@@ -30,6 +30,7 @@ from tunefleet.agent.job_submit import job_spec
 from tunefleet.agent.outbox import Outbox, Report
 from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
 from tunefleet.protocol.events import JobSubmitEvent, read_event
+from tunefleet.protocol.status import ReportedStatus
 
 log = structlog.get_logger(__name__)
 
@@ -150,7 +151,7 @@ class JobSlot:
         self._attempts_seen.add((job_id, attempt))
         log.info("job accepted", job_id=job_id, attempt=attempt)
         # The first report acknowledges the dispatch; every report names its attempt.
-        self.outbox.add_status(job_id, "starting", attempt=attempt)
+        self.outbox.add_status(job_id, ReportedStatus.STARTING, attempt=attempt)
         job.task = asyncio.create_task(self._run(job), name=f"job-{job_id}")
         return True
 
@@ -221,13 +222,15 @@ class JobSlot:
     async def _run(self, job: ActiveJob) -> None:
         outcome: JobOutcome
         if job.cancel_reason is not None:  # cancelled before the executor got it
-            outcome = JobOutcome("cancelled", None, job.cancel_reason, [])
+            outcome = JobOutcome(ReportedStatus.CANCELLED, None, job.cancel_reason, [])
         else:
             try:
                 outcome = await self.executor.run(job.spec, self._event_handler(job))
             except Exception as error:  # the executor's own failure must still end the job
                 log.exception("executor failed", job_id=job.job_id)
-                outcome = JobOutcome("failed", None, f"worker agent error: {error!r}", [])
+                outcome = JobOutcome(
+                    ReportedStatus.FAILED, None, f"worker agent error: {error!r}", []
+                )
         self.running = None
         self.lifecycle.current_job_id = None
         self.lifecycle.fire("release")
@@ -244,7 +247,9 @@ class JobSlot:
                 self.on_free()
             return
         self.finished += 1
-        why = outcome.error or (job.cancel_reason if outcome.status == "cancelled" else None)
+        why = outcome.error or (
+            job.cancel_reason if outcome.status == ReportedStatus.CANCELLED else None
+        )
         self.outbox.add_status(
             job.job_id,
             outcome.status,
@@ -263,7 +268,7 @@ class JobSlot:
                 log.info("job process started", job_id=job.job_id, pid=event.pid)
                 self.outbox.add_status(
                     job.job_id,
-                    "running",
+                    ReportedStatus.RUNNING,
                     attempt=job.spec.attempt,
                     resumed_from=event.resumed_from,
                 )

@@ -25,11 +25,11 @@ import structlog
 from tunefleet.agent.backoff import Backoff
 from tunefleet.agent.client import OrchestratorUnreachable, RequestRejected
 from tunefleet.agent.executor import LogLine
+from tunefleet.protocol.status import TERMINAL_STATUSES, ReportedStatus
 
 log = structlog.get_logger(__name__)
 
 ReportKind = Literal["status", "logs"]
-TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 
 @dataclass(slots=True, eq=False)
@@ -105,11 +105,11 @@ class Outbox:
                 continue
             if report.final:
                 return  # nothing goes out after an attempt's final report
-            if report.body["status"] == "running" and not report.in_flight:
+            if report.body["status"] == ReportedStatus.RUNNING and not report.in_flight:
                 report.body["progress"] = progress
                 return
             break  # the last status for this job is another one: progress comes after it
-        self.add_status(job_id, "running", attempt=attempt, progress=progress)
+        self.add_status(job_id, ReportedStatus.RUNNING, attempt=attempt, progress=progress)
 
     def add_logs(self, job_id: str, attempt: int, lines: Sequence[LogLine]) -> None:
         if not self.logs_enabled or not lines:

@@ -21,6 +21,7 @@ from tunefleet.artifacts.keys import check_key, is_manifest, manifest_checkpoint
 from tunefleet.artifacts.store import ArtifactStore, StoredObject
 from tunefleet.audit import AuditKind, AuditLog
 from tunefleet.errors import BadRequest, NotFound, TunefleetError
+from tunefleet.fsm.job import JobState
 from tunefleet.storage.store import Store
 from tunefleet.storage.store_artifacts import ArtifactRow
 from tunefleet.tokens import hash_token
@@ -28,7 +29,7 @@ from tunefleet.tokens import hash_token
 log = structlog.get_logger(__name__)
 
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
-_LIVE_STATES = ("dispatched", "running")
+_LIVE_STATES = (JobState.DISPATCHED, JobState.RUNNING)  # an attempt may still upload
 # Timeline kinds (job_event.kind); each entry's detail carries the sentence users read.
 CHECKPOINT_STORED = "checkpoint_stored"
 ARTIFACTS_STORED = "artifacts_stored"

@@ -24,8 +24,8 @@ from tunefleet.cli.client import (
     Unreachable,
     event_data,
 )
+from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
 POLL_INTERVAL_S = 1.0
 RECONNECT_WINDOW_S = 30.0  # keep polling through an orchestrator restart this long
 LOG_TAIL_LINES = 10
@@ -35,7 +35,9 @@ _STREAM_READ_S = 45.0  # the server pings every 15 s
 
 def outcome_exit_code(status: str) -> ExitCode:
     """0 completed, 1 failed, 3 cancelled (docs/cli.md)."""
-    return {"completed": ExitCode.OK, "cancelled": ExitCode.CANCELLED}.get(status, ExitCode.FAILED)
+    if status == JobState.COMPLETED:
+        return ExitCode.OK
+    return ExitCode.CANCELLED if status == JobState.CANCELLED else ExitCode.FAILED
 
 
 def job_path(job_id: str, tail: str = "") -> str:
@@ -76,7 +78,7 @@ class JobWatch:
     """What the follower knows about the job; updated from details and events."""
 
     job_id: str
-    status: str = "pending"
+    status: str = JobState.PENDING
     name: str | None = None
     worker_id: str | None = None
     attempt: int = 0
@@ -92,7 +94,7 @@ class JobWatch:
 
     @property
     def terminal(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in TERMINAL_JOB_STATES
 
     def apply_detail(self, detail: dict[str, Any]) -> None:
         self.status = detail.get("status") or self.status
@@ -113,7 +115,7 @@ class JobWatch:
             self.worker_id = data.get("worker_id")
             self.attempt = data.get("attempt") or self.attempt
             self.error = data.get("error")
-            if self.status != "pending":
+            if self.status != JobState.PENDING:
                 self.wait_reason = self.queue_position = None
         self._progress(data.get("progress"))
 

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from tunefleet.cli.follow import JobWatch
 from tunefleet.cli.output import NONE, duration, parse_time, plain, status_text
+from tunefleet.fsm.job import JobState
 
 BAR_WIDTH = 32
 
@@ -43,14 +44,14 @@ def _attempt(watch: JobWatch) -> str:
 def state_line(watch: JobWatch) -> str:
     """'j_1 running on w_2, attempt 1 of 4' / 'j_1 pending, position 2: <why>'."""
     text = f"{watch.job_id} {watch.status}"
-    if watch.status == "pending":
+    if watch.status == JobState.PENDING:
         if watch.queue_position:
             text += f", position {watch.queue_position}"
         if watch.wait_reason:
             text += f": {watch.wait_reason}"
         return text
     if watch.worker_id:
-        text += f" {'to' if watch.status == 'dispatched' else 'on'} {watch.worker_id}"
+        text += f" {'to' if watch.status == JobState.DISPATCHED else 'on'} {watch.worker_id}"
     if attempt := _attempt(watch):
         text += f", {attempt}"
     return text
@@ -81,14 +82,14 @@ def final_line(detail: dict[str, Any]) -> str:
     where = f" on {detail['worker_id']}" if detail.get("worker_id") else ""
     started, finished = parse_time(detail.get("started_at")), parse_time(detail.get("finished_at"))
     took = f" in {duration((finished - started).total_seconds())}" if started and finished else ""
-    if status == "completed":
+    if status == JobState.COMPLETED:
         progress = detail.get("progress") or {}
         facts = [f for f in (_step_fact(progress), _loss(progress)) if f]
         return f"{job_id} completed{where}{took}" + (f": {', '.join(facts)}" if facts else "")
-    if status == "failed":
+    if status == JobState.FAILED:
         attempts = f" after {detail.get('attempts') or 0} attempt(s)"
         return f"{job_id} failed{where}{attempts}: {detail.get('error') or 'no reason given'}"
-    if status == "cancelled":
+    if status == JobState.CANCELLED:
         return f"{job_id} cancelled{where}: {detail.get('error') or 'by request'}"
     return f"{job_id} is {status}"
 
@@ -116,7 +117,7 @@ def render(watch: JobWatch, now: datetime | None = None) -> RenderableType:
         header.append(f"  ({duration(max(0.0, elapsed), coarse=False)})", style="dim")
     parts: list[RenderableType] = [header]
     step, total = _number(watch.progress.get("step")), _number(watch.progress.get("total"))
-    if step is not None or watch.status == "running":
+    if step is not None or watch.status == JobState.RUNNING:
         row = Table.grid(padding=(0, 2))
         row.add_column(width=BAR_WIDTH)
         row.add_column()

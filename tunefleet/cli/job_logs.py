@@ -8,8 +8,9 @@ from typing import Any
 import click
 
 from tunefleet.cli.client import ApiClient, Connection, StreamFailed
-from tunefleet.cli.follow import TERMINAL, job_path, outcome_exit_code, stream_logs
+from tunefleet.cli.follow import job_path, outcome_exit_code, stream_logs
 from tunefleet.cli.options import call, connection_options, json_option
+from tunefleet.fsm.job import TERMINAL_JOB_STATES
 
 PAGE = 5000  # the API's largest page
 MAX_PAGES = 10_000  # 50 million lines: a bound, not a limit anyone should meet
@@ -79,7 +80,7 @@ def logs(
         if end is not None:
             return end
         job = await api.get(job_path(job_id))
-        if job["status"] not in TERMINAL:
+        if job["status"] not in TERMINAL_JOB_STATES:
             raise StreamFailed(
                 f"the log stream of {job_id} ended while the job is {job['status']}; "
                 "run the command again to go on"

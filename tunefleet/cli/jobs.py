@@ -11,7 +11,7 @@ import click
 
 from tunefleet.cli.artifacts import artifacts, download
 from tunefleet.cli.client import ApiClient, Connection
-from tunefleet.cli.follow import TERMINAL, follow_job, job_path, outcome_exit_code
+from tunefleet.cli.follow import follow_job, job_path, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, LiveReporter, QuietReporter, final_line
 from tunefleet.cli.job_logs import logs
 from tunefleet.cli.job_metrics import metrics
@@ -31,8 +31,9 @@ from tunefleet.cli.output import (
     relative_time,
     status_text,
 )
+from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 
-JOB_STATUSES = ("pending", "dispatched", "running", "completed", "failed", "cancelled")
+JOB_STATUSES = tuple(state.value for state in JobState)
 TARGETS = ("worker", "local", "auto")
 
 follow_option = click.option(
@@ -89,7 +90,7 @@ def _submit_body(
 
 
 def _submitted_line(data: dict[str, Any]) -> str:
-    text = f"Submitted {data['job_id']}: {data.get('status') or 'pending'}"
+    text = f"Submitted {data['job_id']}: {data.get('status') or JobState.PENDING}"
     if data.get("allocated_worker_id"):
         text += f" to {data['allocated_worker_id']}"
     if data.get("queue_position"):
@@ -351,7 +352,7 @@ def cancel_job(conn: Connection, job_id: str, reason: str | None, as_json: bool)
     data = call(conn, lambda api: api.post(job_path(job_id, "/cancel"), body))
     if as_json:
         print_json(data)
-    elif data.get("status") in TERMINAL:
+    elif data.get("status") in TERMINAL_JOB_STATES:
         click.echo(f"Cancelled {job_id}.")
     else:
         click.echo(f"Cancelling {job_id}: its worker is stopping it.")

@@ -18,19 +18,22 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tunefleet.fsm.job import JobState
+from tunefleet.fsm.worker import WorkerState
+
 NONE = "-"
-STATUS_STYLES = {
-    "idle": "green",
-    "busy": "cyan",
-    "connecting": "yellow",
-    "draining": "yellow",
-    "offline": "dim",
-    "pending": "yellow",
-    "dispatched": "cyan",
-    "running": "cyan",
-    "completed": "green",
-    "failed": "red",
-    "cancelled": "magenta",
+STATUS_STYLES: dict[str, str] = {
+    WorkerState.IDLE: "green",
+    WorkerState.BUSY: "cyan",
+    WorkerState.CONNECTING: "yellow",
+    WorkerState.DRAINING: "yellow",
+    WorkerState.OFFLINE: "dim",
+    JobState.PENDING: "yellow",
+    JobState.DISPATCHED: "cyan",
+    JobState.RUNNING: "cyan",
+    JobState.COMPLETED: "green",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "magenta",
 }
 
 

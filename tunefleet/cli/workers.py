@@ -24,8 +24,9 @@ from tunefleet.cli.output import (
     relative_time,
     status_text,
 )
+from tunefleet.fsm.worker import WorkerState
 
-WORKER_STATUSES = ("connecting", "idle", "busy", "draining", "offline")
+WORKER_STATUSES = tuple(state.value for state in WorkerState)
 
 
 @click.group("workers")
@@ -95,7 +96,7 @@ def show_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
         print_json(w)
         return
     state = status_text(w["status"])
-    if w.get("drain_requested") and w["status"] != "draining":
+    if w.get("drain_requested") and w["status"] != WorkerState.DRAINING:
         state.append(" (drain requested)", style="yellow")
     job = w.get("current_job_id")
     print_fields(
@@ -221,7 +222,7 @@ async def _refusal_with_cli_advice(api: ApiClient, worker_id: str, refused: ApiR
     if refused.status != 409:
         return refused
     worker = await api.get(_path(worker_id))
-    if worker.get("is_local") or worker["status"] in ("offline", "connecting"):
+    if worker.get("is_local") or worker["status"] in (WorkerState.OFFLINE, WorkerState.CONNECTING):
         return refused  # refused for another reason: its own detail says why
     advice = refused_delete_advice(
         worker_id,

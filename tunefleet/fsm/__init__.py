@@ -8,9 +8,16 @@ from tunefleet.fsm.job import (
     TERMINAL_JOB_STATES,
     JobFsmMixin,
     JobState,
+    JobStateName,
 )
 from tunefleet.fsm.lifecycle import Lifecycle
-from tunefleet.fsm.worker import WORKER_LIFECYCLE, WORKER_TRANSITIONS, WorkerFsmMixin, WorkerState
+from tunefleet.fsm.worker import (
+    WORKER_LIFECYCLE,
+    WORKER_TRANSITIONS,
+    WorkerFsmMixin,
+    WorkerState,
+    WorkerStateName,
+)
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -22,7 +29,9 @@ __all__ = [
     "IllegalTransition",
     "JobFsmMixin",
     "JobState",
+    "JobStateName",
     "Lifecycle",
     "WorkerFsmMixin",
     "WorkerState",
+    "WorkerStateName",
 ]

@@ -11,7 +11,7 @@ still told apart, but it does not count against ``max_retries``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeAlias
 
 from tunefleet.fsm.lifecycle import Lifecycle
 
@@ -26,6 +26,12 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+
+# The states as a type, for wire schemas: pydantic renders a Literal inline in OpenAPI and
+# in its error messages, as the API always has. A test holds it to JobState.
+JobStateName: TypeAlias = Literal[
+    "pending", "dispatched", "running", "completed", "failed", "cancelled"
+]
 
 TERMINAL_JOB_STATES: Final = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 

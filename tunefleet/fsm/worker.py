@@ -9,7 +9,7 @@ assigns a job and clears it when the job is released.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from tunefleet.fsm.lifecycle import Lifecycle
 
@@ -21,6 +21,9 @@ class WorkerState(StrEnum):
     DRAINING = "draining"  # takes no new job; the running one may finish
     OFFLINE = "offline"  # heartbeat timeout or disconnect
 
+
+# The states as a type, for wire schemas (see JobStateName). A test holds it to WorkerState.
+WorkerStateName: TypeAlias = Literal["connecting", "idle", "busy", "draining", "offline"]
 
 _EVERY_STATE = ("connecting", "offline", "idle", "busy", "draining")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunefleet.actors.records import iso
+from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.http.schemas_queue import hide_env_values
 from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobLogRow, JobRow
 
@@ -29,15 +30,12 @@ def job_summary(row: JobRow) -> dict[str, Any]:
         "submitted_at": iso(row.submitted_at),
         "dispatched_at": iso(row.dispatched_at),
         "started_at": iso(row.started_at),
-        "finished_at": iso(row.finished_at) if row.state in _TERMINAL else None,
+        "finished_at": iso(row.finished_at) if row.state in TERMINAL_JOB_STATES else None,
         "progress": row.progress,
         "error": row.error,
-        "wait_reason": row.wait_reason if row.state == "pending" else None,
+        "wait_reason": row.wait_reason if row.state == JobState.PENDING else None,
         "queue_position": None,
     }
-
-
-_TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 def job_detail(

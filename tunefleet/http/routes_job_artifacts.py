@@ -10,6 +10,7 @@ from tunefleet.actors.records import iso
 from tunefleet.artifacts.keys import check_key
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.artifacts.store import PRESIGN_TTL_S
+from tunefleet.fsm.job import TERMINAL_JOB_STATES
 from tunefleet.http import keys
 from tunefleet.http.auth import QUEUE_ADMIN
 from tunefleet.http.body import parse_query
@@ -22,7 +23,6 @@ from tunefleet.http.schemas_artifacts import (
     DownloadArtifactQuery,
 )
 
-_TERMINAL = frozenset({"completed", "failed", "cancelled"})
 _JOB_NOT_FOUND = {404: "Job not found"}
 
 
@@ -136,7 +136,7 @@ async def delete_job_artifacts(request: web.Request) -> web.StreamResponse:
     actor = actor_name(request)
     if submitted_by != actor and not principal_of(request).has(QUEUE_ADMIN):
         raise ApiError(403, f"Permission denied: {QUEUE_ADMIN} (the job was submitted by another)")
-    if state not in _TERMINAL:
+    if state not in TERMINAL_JOB_STATES:
         raise ApiError(
             409, f"job {job_id} is {state}; cancel it (or wait for it to end), then delete"
         )

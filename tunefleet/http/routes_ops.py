@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from tunefleet.actors.records import iso
+from tunefleet.fsm.job import JobState
 from tunefleet.http import keys
 from tunefleet.http.body import parse_query
 from tunefleet.http.leadership import refusal_detail
@@ -69,8 +70,10 @@ async def metrics(request: web.Request) -> web.StreamResponse:
             counts[worker.state] = counts.get(worker.state, 0) + 1
         registry.set_worker_counts(counts)
         jobs = fleet.ctx.jobs.values()
-        registry.queue_depth.set(sum(1 for j in jobs if j.state == "pending"))
-        registry.jobs_running.set(sum(1 for j in jobs if j.state in ("dispatched", "running")))
+        registry.queue_depth.set(sum(1 for j in jobs if j.state == JobState.PENDING))
+        registry.jobs_running.set(
+            sum(1 for j in jobs if j.state in (JobState.DISPATCHED, JobState.RUNNING))
+        )
     body, content_type = registry.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 

@@ -11,6 +11,7 @@ from aiohttp import web
 from tunefleet.actors.matching import job_gpu_count_from_config
 from tunefleet.actors.records import JobRecord
 from tunefleet.commands import chooses_program
+from tunefleet.fsm.job import JobState
 from tunefleet.http import keys
 from tunefleet.http.auth import QUEUE_ADMIN, QUEUE_COMMAND, QUEUE_LOCAL, require_api
 from tunefleet.http.body import parse_body, parse_query
@@ -75,7 +76,7 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
     rec = JobRecord(
         job_id="",
         seq=0,
-        state="pending",
+        state=JobState.PENDING,
         target=target,
         config=config,
         config_name=body.config_name,
@@ -179,7 +180,7 @@ async def get_job(request: web.Request) -> web.StreamResponse:
     attempts = await store.list_attempts(job_id)
     events = await store.list_job_events(job_id)
     detail = job_detail(row, attempts, events)
-    if row.state == "pending":
+    if row.state == JobState.PENDING:
         position = await fleet_of(request).position(job_id)
         detail["queue_position"] = position["position"]
         detail["wait_reason"] = position["reason"] or row.wait_reason

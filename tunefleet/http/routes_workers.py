@@ -36,6 +36,7 @@ from tunefleet.http.schemas_workers import (
 )
 from tunefleet.http.stream_socket import bound_silent_peer, dead_peer_timeout_s
 from tunefleet.protocol.events import PingEvent
+from tunefleet.protocol.status import TERMINAL_STATUSES, lifecycle_word
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +44,6 @@ log = structlog.get_logger(__name__)
 # which SimpleTuner's agent (reading only `data:` lines) also sees.
 _NO_LIBRARY_PING_S = 86_400.0
 _PING = PingEvent().model_dump_json()
-_TERMINAL = frozenset({"completed", "failed", "cancelled"})
 _MAX_LOG_BATCH_BYTES = 10 * 1024 * 1024
 
 
@@ -181,7 +181,7 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
     worker_id = worker_id_of(request)
     fleet = fleet_of(request)
-    status = "running" if body.status == "training" else body.status
+    status = lifecycle_word(body.status)
     try:
         result = await fleet.report_status(
             worker_id,
@@ -199,7 +199,7 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
     except Forbidden:
         await audit_foreign_job(request, job_id)
         raise
-    if status not in _TERMINAL:
+    if status not in TERMINAL_STATUSES:
         return web.json_response({"success": True})
     # The worker gets its next job only once this answer is on the wire: SimpleTuner's
     # agent drops a job_submit that arrives while its final report is in flight.

@@ -26,6 +26,7 @@ from tunefleet.protocol.fields import (
     LongText,
     PlainName,
     ProgressObject,
+    ReportedJobStatus,
     RequestModel,
     ResponseModel,
     ShortText,
@@ -64,20 +65,15 @@ __all__ = [
     "truncating",
 ]
 
-WorkerStatus = Literal["connecting", "idle", "busy", "draining", "offline"]
-WORKER_STATUSES: tuple[str, ...] = ("connecting", "idle", "busy", "draining", "offline")
-JobStatus = Literal["pending", "dispatched", "running", "completed", "failed", "cancelled"]
-JOB_STATUSES: tuple[str, ...] = (
-    "pending",
-    "dispatched",
-    "running",
-    "completed",
-    "failed",
-    "cancelled",
-)
+from tunefleet.fsm.job import JobState, JobStateName
+from tunefleet.fsm.worker import WorkerState, WorkerStateName
+
+WorkerStatus = WorkerStateName
+WORKER_STATUSES: tuple[str, ...] = tuple(state.value for state in WorkerState)
+JobStatus = JobStateName
+JOB_STATUSES: tuple[str, ...] = tuple(state.value for state in JobState)
 WorkerType = Literal["persistent", "ephemeral"]
 Target = Literal["worker", "local", "auto"]
-ReportedJobStatus = Literal["starting", "running", "training", "completed", "failed", "cancelled"]
 LogStream = Literal["stdout", "stderr"]
 
 

@@ -11,6 +11,7 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
 from tunefleet.actors.events import CLOSING, HubEvent, Subscription
+from tunefleet.fsm.job import TERMINAL_JOB_STATES
 from tunefleet.http import keys
 from tunefleet.http.auth import ADMIN_WORKERS, API_PRINCIPAL_KEY
 from tunefleet.http.job_views import log_line_view
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 
 _PING_S = 15.0
 _NO_LIBRARY_PING_S = 86_400.0
-_TERMINAL = frozenset({"completed", "failed", "cancelled"})
 _BACKLOG_PAGE = 1000
 
 
@@ -103,7 +103,7 @@ async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> w
         with contextlib.suppress(ConnectionResetError, TimeoutError, RuntimeError):
             cursor = await _send_stored_lines(sse, store, job_id, cursor)
             job = await store.get_job(job_id)
-            if job is not None and job.state in _TERMINAL:
+            if job is not None and job.state in TERMINAL_JOB_STATES:
                 await _send(sse, "end", {"job_id": job_id, "status": job.state, "error": job.error})
                 return await _finish(sse)
             while (event := await _next(sub, sse)) is not None:
@@ -111,7 +111,7 @@ async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> w
                     continue
                 if event.kind == "job_logs":
                     cursor = await _send_stored_lines(sse, store, job_id, cursor)
-                elif event.data.get("status") in _TERMINAL:
+                elif event.data.get("status") in TERMINAL_JOB_STATES:
                     await _send_stored_lines(sse, store, job_id, cursor)
                     await _send(
                         sse,

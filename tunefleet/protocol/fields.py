@@ -15,10 +15,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from tunefleet.protocol.status import ReportedStatusName
+
 DEFAULT_MAX_STRING = 4096
 
 WorkerType = Literal["persistent", "ephemeral"]
-ReportedJobStatus = Literal["starting", "running", "training", "completed", "failed", "cancelled"]
+ReportedJobStatus = ReportedStatusName
 LogStream = Literal["stdout", "stderr"]
 
 

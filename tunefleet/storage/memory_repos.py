@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
+from tunefleet.fsm.worker import WorkerState
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.memory_tables import (
     Tables,
@@ -19,7 +21,6 @@ from tunefleet.storage.memory_tables import (
     stored_row,
 )
 from tunefleet.storage.models import (
-    TERMINAL_JOB_STATES,
     ApiToken,
     Job,
     JobAttempt,
@@ -58,7 +59,7 @@ class MemoryWorkerRepo(WorkerRepo):
         *,
         name: str,
         worker_type: str,
-        state: str = "connecting",
+        state: str = WorkerState.CONNECTING,
         token_hash: str | None = None,
         **fields: Any,
     ) -> WorkerRow:
@@ -70,7 +71,7 @@ class MemoryWorkerRepo(WorkerRepo):
             id=worker_id,
             name=name,
             worker_type=worker_type,
-            state=state,
+            state=str(state),  # plain strings, as a database gives them back
             created_at=now,
             updated_at=now,
         )
@@ -128,7 +129,7 @@ class MemoryWorkerRepo(WorkerRepo):
         row = self._t.workers.get(worker_id)
         if row is None or row.state not in state_set(expected):
             return False
-        values.update(state=new, updated_at=self._now())
+        values.update(state=str(new), updated_at=self._now())
         return self._change(worker_id, values)
 
     def delete(self, worker_id: str) -> bool:
@@ -230,7 +231,7 @@ class MemoryJobRepo(JobRepo):
     # --- jobs ---------------------------------------------------------------------------
 
     def create(self, job_id: str, *, config: dict[str, Any], **fields: Any) -> JobRow:
-        state = fields.pop("state", "pending")
+        state = str(fields.pop("state", JobState.PENDING))  # plain, as a database gives it
         values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
         if job_id in self._t.jobs:
             raise AlreadyExists(f"job {job_id} already exists")
@@ -297,7 +298,7 @@ class MemoryJobRepo(JobRepo):
         row = self._t.jobs.get(job_id)
         if row is None or row.state not in state_set(expected):
             return False
-        values.update(state=new, updated_at=self._now())
+        values.update(state=str(new), updated_at=self._now())
         self._t.jobs[job_id] = changed_row(row, Job, values)
         return True
 

@@ -15,8 +15,7 @@ from typing import Any
 
 import peewee as pw
 
-TERMINAL_JOB_STATES = frozenset({"completed", "failed", "cancelled"})
-"""Mirrors fsm.job.TERMINAL_JOB_STATES; storage stays independent of the FSM package."""
+from tunefleet.fsm.job import JobState
 
 
 def canonical_json(value: object) -> str:
@@ -161,7 +160,7 @@ class Job(BaseModel):
     max_retries = pw.IntegerField(default=3)
     attempts = pw.IntegerField(default=0)
     timeout_minutes = pw.DoubleField(null=True)
-    state = pw.CharField(max_length=16, default="pending")
+    state = pw.CharField(max_length=16, default=JobState.PENDING.value)
     worker_id = pw.CharField(max_length=64, null=True)  # current assignment, not a FK
     submitted_by = pw.TextField(null=True)
     submitted_at = pw.DoubleField()

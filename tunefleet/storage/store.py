@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
+from tunefleet.fsm.worker import WorkerState
 from tunefleet.storage.rows import (
     ApiTokenRow,
     AuditEventRow,
@@ -92,7 +93,7 @@ class Store:
         *,
         name: str,
         worker_type: str,
-        state: str = "connecting",
+        state: str = WorkerState.CONNECTING,
         token_hash: str | None = None,
         **fields: Any,
     ) -> WorkerRow:

@@ -7,9 +7,9 @@ from typing import Any, Literal, Protocol
 
 import peewee as pw
 
+from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.models import (
-    TERMINAL_JOB_STATES,
     Job,
     JobAttempt,
     JobEvent,
@@ -55,13 +55,14 @@ class JobRepo:
     # --- jobs ---------------------------------------------------------------------------
 
     def create(self, job_id: str, *, config: dict[str, Any], **fields: Any) -> JobRow:
-        """Insert a job with the next submission `seq` (state defaults to "pending").
+        """Insert a job with the next submission `seq` (state defaults to pending).
 
         Writes in this process are serial on the DB thread, so the next seq is kept in
         memory rather than read with MAX() per job; a conflict on the unique indexes (the
         id exists, or another process took the seq) reads it again and retries.
         """
-        state = fields.pop("state", "pending")
+        # str(): a row holds plain strings, whether the caller passed a JobState or not.
+        state = str(fields.pop("state", JobState.PENDING))
         values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
         now = self._now()
         values.setdefault("submitted_at", now)

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import peewee as pw
 
+from tunefleet.fsm.worker import WorkerState
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.models import ApiToken, Worker, WorkerToken, database_proxy
 from tunefleet.storage.rows import (
@@ -46,7 +47,7 @@ class WorkerRepo:
         *,
         name: str,
         worker_type: str,
-        state: str = "connecting",
+        state: str = WorkerState.CONNECTING,
         token_hash: str | None = None,
         **fields: Any,
     ) -> WorkerRow:
@@ -59,7 +60,7 @@ class WorkerRepo:
             id=worker_id,
             name=name,
             worker_type=worker_type,
-            state=state,
+            state=str(state),  # a row holds plain strings, not WorkerState members
             created_at=now,
             updated_at=now,
         )
