@@ -7,12 +7,13 @@ import { fleet } from '../fleet.js';
 import { ago, dateTime, duration, gb, metric, percentOf } from '../format.js';
 import { live } from '../live.js';
 import { MAX_LIVE_POINTS, MetricHistory } from '../metrics.js';
+import { TERMINAL_JOB_STATES } from '../states.js';
 import { confirmAction, toast } from '../ui.js';
 import { artifactsPanel } from './job_artifacts.js';
 import { logPanel } from './job_logs.js';
 import { runSeconds, waitSeconds } from './queue.js';
 
-const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+const TERMINAL = TERMINAL_JOB_STATES;
 const HIDDEN_PROGRESS = new Set(['step', 'total', 'percent']);
 const METRICS_PAGE = 10000; // the API's default (and largest) page
 

@@ -7,17 +7,17 @@ import { fleet } from '../fleet.js';
 import { ago, dateTime, duration, metric, ms, percentOf } from '../format.js';
 import { live } from '../live.js';
 import { jobHref, setParams } from '../router.js';
+import { ACTIVE_JOB_STATES, JOB_STATES, TERMINAL_JOB_STATES, stateLabel } from '../states.js';
 import { confirmAction, toast } from '../ui.js';
 import { pageHead, pager } from './common.js';
 import { submitPanel } from './submit.js';
 
 const LIMIT = 25;
-const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+const TERMINAL = TERMINAL_JOB_STATES;
 const FILTERS = [
   ['', 'All jobs'],
-  ['active', 'Active (pending, dispatched, running)'],
-  ['pending', 'Pending'], ['dispatched', 'Dispatched'], ['running', 'Running'],
-  ['completed', 'Completed'], ['failed', 'Failed'], ['cancelled', 'Cancelled'],
+  ['active', `Active (${ACTIVE_JOB_STATES.join(', ')})`],
+  ...JOB_STATES.map((s) => [s, stateLabel(s)]),
 ];
 const PANEL_KEY = 'tunefleet.submitOpen';
 
@@ -180,7 +180,7 @@ export function mount(main, { params }) {
 
   async function reload() {
     const seq = ++loadSeq;
-    const status = filter === 'active' ? 'pending,dispatched,running' : filter;
+    const status = filter === 'active' ? ACTIVE_JOB_STATES.join(',') : filter;
     try {
       const data = await get(`/api/queue${query({ status, limit: LIMIT, offset })}`);
       if (seq !== loadSeq) return;

@@ -7,15 +7,16 @@ import { fleet, isConnected } from '../fleet.js';
 import { ago, dateTime, duration, gb, ms, percentOf } from '../format.js';
 import { globMatch } from '../matching.js';
 import { jobHref } from '../router.js';
+import { WORKER_STATES, stateLabel } from '../states.js';
 import { confirmAction, toast } from '../ui.js';
 import { openCreateWorker, showRotatedToken } from './worker_dialogs.js';
 import { pageHead, permissionNote } from './common.js';
 
-const STATUSES = ['idle', 'busy', 'draining', 'offline', 'connecting'];
-const COUNTERS = [
-  ['', 'Total', 'total'], ['idle', 'Idle', 'idle'], ['busy', 'Busy', 'busy'],
-  ['draining', 'Draining', 'draining'], ['offline', 'Offline', 'offline'],
-];
+// Every state has a counter but connecting (never connected yet), which the status
+// filter lists last.
+const COUNTED = WORKER_STATES.filter((s) => s !== 'connecting');
+const STATUSES = [...COUNTED, 'connecting'];
+const COUNTERS = [['', 'Total', 'total'], ...COUNTED.map((s) => [s, stateLabel(s), s])];
 
 /** "gpu_type=a100*" matches by glob; plain text matches any label key or value. */
 export function labelFilterMatches(labels, filter) {
@@ -91,7 +92,7 @@ export function mount(main) {
 
   const statusSelect = h('select', { id: 'wf-status' },
     h('option', { value: '' }, 'All statuses'),
-    STATUSES.map((s) => h('option', { value: s }, s[0].toUpperCase() + s.slice(1))));
+    STATUSES.map((s) => h('option', { value: s }, stateLabel(s))));
   const labelInput = h('input', {
     id: 'wf-label', type: 'search', placeholder: 'gpu_type=a100*  or any text', autocomplete: 'off', spellcheck: 'false',
   });
