@@ -4,6 +4,8 @@ commit, and the job_submit is pushed only after it. Counted in writes, never tim
 
 from __future__ import annotations
 
+import json
+
 import peewee as pw
 import pytest
 from orchestrator_testkit import FleetHarness, Storage, job_record
@@ -51,6 +53,8 @@ async def test_a_job_a_free_worker_fits_is_stored_dispatched_in_one_write(
     kinds = [e.kind for e in await harness.store.list_audit(target=job_id, newest_first=False)]
     assert kinds == ["job.submitted", "job.dispatched"]
     assert await harness.store.verify_audit() == (True, None)
+    lines = [json.loads(line) for line in harness.audit.path.read_text("utf-8").splitlines()]
+    assert [line["kind"] for line in lines if line["target"] == job_id] == kinds
     assert harness.worker_state(agent.worker_id) == "busy"
 
     await agent.run_to_completion(job_id)

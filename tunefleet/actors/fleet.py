@@ -393,8 +393,8 @@ class Fleet:
         it, then the actor runs as if it had been dispatched from the queue."""
         recorded = await job.store_placed(worker, event)
         self._adopt_job(job)  # before its worker can report on it: no await since the push
-        for entry, stored in recorded:
-            await self.ctx.audit.recorded(entry, stored)
+        # Both lines in one hand-off to the audit file's thread, not one after the other.
+        await asyncio.gather(*(self.ctx.audit.recorded(entry, row) for entry, row in recorded))
 
     def _adopt_job(self, job: JobActor) -> None:
         self.ctx.jobs[job.job_id] = job
