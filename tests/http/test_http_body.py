@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from unittest import mock
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.streams import StreamReader
+from aiohttp.test_utils import TestClient, make_mocked_request
 from multidict import MultiDict
 from pydantic import BaseModel, Field
 
 from tunefleet.http.body import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_JSON_DEPTH,
+    decode_json,
     format_loc,
     human_size,
     parse_body,
     parse_json_bytes,
     parse_query,
     parse_query_mapping,
+    read_body,
 )
 from tunefleet.http.errors import ApiError, error_middleware
 from tunefleet.http.schemas import (
@@ -139,6 +144,29 @@ async def test_body_exactly_at_the_limit_is_read(client: TestClient) -> None:
     assert response.status == 200
 
 
+async def test_chunked_body_under_the_limit_is_read_whole(client: TestClient) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for part in (b'{"name": ', b'"w1", "gpu', b'_count": 3}'):
+            yield part
+
+    response = await client.post("/sized", data=chunks())
+    assert response.status == 200
+    assert (await response.json()) == {"name": "w1", "gpu_count": 3}
+
+
+async def test_a_body_shorter_than_its_declared_length_is_400_not_500() -> None:
+    payload = StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=asyncio.get_running_loop())
+    payload.feed_data(b'{"name": ')
+    payload.feed_eof()
+    request = make_mocked_request(
+        "POST", "/sized", headers={"Content-Length": "30"}, payload=payload
+    )
+    assert await read_body(request) == b'{"name": '
+    with pytest.raises(ApiError, match="malformed JSON") as caught:
+        await parse_body(request, Sized)
+    assert caught.value.status == 400
+
+
 def test_human_size() -> None:
     assert human_size(1024 * 1024) == "1 MiB"
     assert human_size(64 * 1024) == "64 KiB"
@@ -183,6 +211,34 @@ def test_malformed_json_is_400_with_a_short_reason(raw: bytes, reason: str) -> N
         parse_json_bytes(raw, Sized)
     assert caught.value.status == 400
     assert caught.value.detail == f"malformed JSON: {reason}; send a JSON object"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"name": "\\uD83D"}',  # upper-case hex
+        b'{"name": "\xed\xa0\x80"}',  # a surrogate written as UTF-8 bytes
+        '{"name": "\\udc00"}'.encode("utf-16-le"),  # an escape in a UTF-16 body
+        '{"name": "\ud800"}'.encode("utf-16-be", "surrogatepass"),  # a lone code unit
+    ],
+)
+def test_an_unpaired_surrogate_is_found_however_it_is_written(raw: bytes) -> None:
+    with pytest.raises(ApiError) as caught:
+        parse_json_bytes(raw, Sized)
+    assert "unpaired surrogate" in caught.value.detail
+
+
+def test_brackets_inside_strings_do_not_hide_real_nesting() -> None:
+    deep = b'{"name": "' + b"[" * 40 + b'", "x": ' + b"[" * 33 + b"]" * 33 + b"}"
+    with pytest.raises(ApiError, match="nested deeper"):
+        parse_json_bytes(deep, Sized)
+    # Brackets in strings alone are text, not nesting.
+    assert decode_json(b'{"name": "' + b"{[" * 40 + b'"}') == {"name": "{[" * 40}
+
+
+def test_paired_surrogates_and_other_escapes_are_fine() -> None:
+    assert parse_json_bytes(b'{"name": "\\ud83d\\ude00 \\u00e9"}', Sized).name == "\U0001f600 é"
+    assert parse_json_bytes('{"name": "é"}'.encode("utf-16"), Sized).name == "é"
 
 
 def test_nesting_up_to_the_limit_is_fine() -> None:
