@@ -21,6 +21,7 @@ from tunefleet.http.route_table import (
     check_worker_id,
     fleet_of,
     routes,
+    success_response,
     worker_id_of,
 )
 from tunefleet.http.schemas_common import SuccessResponse
@@ -160,7 +161,7 @@ async def worker_heartbeat(request: web.Request) -> web.StreamResponse:
     )
     if not accepted:
         raise ApiError(409, "worker is offline; register again (POST /api/workers/register)")
-    return web.json_response({"success": True})
+    return success_response()
 
 
 @routes.route(
@@ -200,10 +201,10 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
         await audit_foreign_job(request, job_id)
         raise
     if status not in TERMINAL_STATUSES:
-        return web.json_response({"success": True})
+        return success_response()
     # The worker gets its next job only once this answer is on the wire: SimpleTuner's
     # agent drops a job_submit that arrives while its final report is in flight.
-    response = web.json_response({"success": True})
+    response = success_response()
     try:
         await response.prepare(request)
         await response.write_eof()
@@ -263,4 +264,4 @@ async def worker_disconnect(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, DisconnectRequest)
     worker_id = await check_worker_id(request, body.worker_id)
     await fleet_of(request).disconnect(worker_id)
-    return web.json_response({"success": True})
+    return success_response()
