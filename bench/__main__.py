@@ -27,6 +27,7 @@ BENCHMARKS: tuple[str, ...] = (
     "actor_cost",
     "scheduler_plan",
     "domain_actor_cost",
+    "commit_path",
     "dispatch_latency",
     "throughput",
     "fleet_size",
