@@ -10,14 +10,21 @@ from typing import Any
 
 import pytest
 
+from tunefleet.agent.gpu import GpuDevice, GpuInventory
+from tunefleet.agent.job_events import LogLine as ExecutorLogLine
 from tunefleet.agent.job_submit import job_spec
+from tunefleet.agent.outbox import Outbox
 from tunefleet.protocol.endpoints import (
     DisconnectRequest,
     GpuInfo,
     HeartbeatRequest,
+    JobLogsRequest,
     JobStatusRequest,
+    LogLine,
     RegisterRequest,
     RegisterResponse,
+    StandbyRefusal,
+    log_line,
 )
 from tunefleet.protocol.events import (
     DrainEvent,
@@ -221,3 +228,60 @@ def test_requirements_round_trip() -> None:
     event = JobSubmitEvent(job_id="j", config={}, requirements=requirements)
     again = read_event(JobSubmitEvent, wire(event))
     assert again == event
+
+
+# --- what tunefleet's agent sends, built from the same models ---------------------------
+
+
+def test_a_log_line_is_built_as_the_model_says() -> None:
+    line = log_line(7, "stderr", "loss=0.5", 1700000000.5)
+    assert list(line) == list(LogLine.model_fields)
+    assert LogLine.model_validate(line).model_dump() == line
+
+
+def test_the_outbox_reports_parse_with_the_orchestrators_models() -> None:
+    outbox = Outbox()
+    outbox.add_status("j_1", "starting", attempt=2)
+    outbox.add_status(
+        "j_1",
+        "completed",
+        attempt=2,
+        progress={"step": 5},
+        outputs={"stored": True, "keys": 2, "bytes": 10},
+        resumed_from="checkpoint-4",
+    )
+    outbox.add_logs("j_2", 1, [ExecutorLogLine(0, "stdout", "hello", 1.5)])
+    first, final, logs = outbox.pending()
+    # Exactly the fields set, the protocol's three always (null included).
+    assert first.body == {"status": "starting", "progress": None, "error": None, "attempt": 2}
+    assert JobStatusRequest.model_validate(final.body).model_dump(exclude_unset=True) == final.body
+    assert final.body["outputs"] == {"stored": True, "keys": 2, "bytes": 10}
+    assert logs.body == {"attempt": 1, "lines": [log_line(0, "stdout", "hello", 1.5)]}
+    JobLogsRequest.model_validate(logs.body)
+
+
+def test_the_gpu_report_parses_and_the_device_list_is_not_kept() -> None:
+    inventory = GpuInventory(devices=(GpuDevice(0, "NVIDIA A100", 80.0, "GPU-a"),))
+    body = RegisterRequest.model_validate({"name": "w", **inventory.register_fields()})
+    assert body.gpu_info is not None and body.gpu_info.devices is not None
+    assert body.gpu_info.devices[0].uuid == "GPU-a"
+    assert "devices" not in body.gpu().model_dump()
+    # An odd device list never costs the registration.
+    odd = {"name": "w", "gpu_info": {"count": 1, "devices": "?"}}
+    assert RegisterRequest.model_validate(odd).gpu().count == 1
+
+
+def test_the_agent_reads_simpletuners_register_answer() -> None:
+    answer = RegisterResponse.read(
+        {"worker_id": "w_abc123", "sse_url": "", "resume_job": None, "abandon_job": ""}
+    )
+    assert answer.sse_url == "/api/workers/stream?worker_id=w_abc123"
+    assert (answer.abandon_job, answer.name, answer.worker_type) == (None, None, None)
+    odd = RegisterResponse.read({"worker_id": "w_1", "worker_type": "spot", "warnings": 3})
+    assert (odd.worker_type, odd.warnings) == (None, [])
+
+
+def test_a_standbys_refusal_names_the_active_orchestrator() -> None:
+    refusal = StandbyRefusal(detail="this orchestrator is a standby", active_url="http://a:1")
+    assert wire(refusal) == {"detail": "this orchestrator is a standby", "active_url": "http://a:1"}
+    assert StandbyRefusal.model_validate({"detail": "proxy says no"}).active_url is None

@@ -29,6 +29,7 @@ from tunefleet.agent.executor import (
 from tunefleet.agent.gpu import GpuInventory
 from tunefleet.agent.job_submit import job_spec
 from tunefleet.fsm.worker import WorkerState
+from tunefleet.protocol.endpoints import log_line
 from tunefleet.protocol.events import JobCancelEvent, JobSubmitEvent, read_event
 from tunefleet.protocol.status import ReportedStatus
 
@@ -164,10 +165,7 @@ class LocalRunner:
                     self._progress = ev.progress
                     await self._report(job_id, ReportedStatus.RUNNING, ev.progress, None)
                 elif isinstance(ev, LogBatch):
-                    lines = [
-                        {"seq": ln.seq, "stream": ln.stream, "line": ln.line, "at": ln.at}
-                        for ln in ev.lines
-                    ]
+                    lines = [log_line(ln.seq, ln.stream, ln.line, ln.at) for ln in ev.lines]
                     await self.fleet.report_logs(LOCAL_WORKER_ID, job_id, spec.attempt, lines)
 
             outcome: JobOutcome = await self.executor.run(spec, on_event)

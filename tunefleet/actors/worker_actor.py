@@ -4,7 +4,7 @@ stream, the heartbeat deadline and the worker's current job."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -21,8 +21,10 @@ from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict
 from tunefleet.fsm.job import JobState
 from tunefleet.fsm.worker import WORKER_LIFECYCLE, WorkerFsmMixin, WorkerState
+from tunefleet.protocol.endpoints import RegisterResponse, ResumeJob
 from tunefleet.protocol.events import DrainEvent, JobCancelEvent, ShutdownEvent
 from tunefleet.protocol.events import StreamEvent as WorkerEvent
+from tunefleet.protocol.fields import WorkerType
 
 log = structlog.get_logger(__name__)
 
@@ -164,7 +166,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
 
     async def on_register(self, msg: m.Register) -> dict[str, Any]:
         now = self.ctx.clock.time()
-        resume_job: dict[str, Any] | None = None
+        resume_job: ResumeJob | None = None
         abandon_job: str | None = None
         held = self.current_job_id
         reported = msg.current_job_id
@@ -173,7 +175,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if held is not None:
             job = self.ctx.jobs.get(held)
             if job is not None and reported == held:
-                resume_job = {"job_id": held, "config_name": job.config_name, "status": job.state}
+                resume_job = ResumeJob(job_id=held, config_name=job.config_name, status=job.state)
             elif job is not None and job.state == JobState.DISPATCHED:
                 # The agent never got it (or lost it before starting): send it again.
                 self.force_replay_job = held
@@ -197,22 +199,23 @@ class WorkerActor(WorkerFsmMixin, Actor):
             target=self.worker_id,
             client_address=msg.client_address,
             state=self.state,
-            resumed_job=resume_job["job_id"] if resume_job else None,
+            resumed_job=resume_job.job_id if resume_job else None,
             abandoned_job=abandon_job,
         )
         self.ctx.metrics.registrations.labels(outcome="success").inc()
         self._announce()
-        return {
-            "worker_id": self.worker_id,
-            "sse_url": f"/api/workers/stream?worker_id={self.worker_id}",
-            "resume_job": resume_job,
-            "abandon_job": abandon_job,
+        answer = RegisterResponse(
+            worker_id=self.worker_id,
+            sse_url=f"/api/workers/stream?worker_id={self.worker_id}",
+            resume_job=resume_job,
+            abandon_job=abandon_job,
             # tunefleet's additions: what the administrator set is in force; an agent
             # that knows these follows them (SimpleTuner's ignores them).
-            "name": self.rec.name,
-            "worker_type": self.rec.worker_type,
-            "warnings": self.rec.agent_warnings(),
-        }
+            name=self.rec.name,
+            worker_type=cast(WorkerType, self.rec.worker_type),
+            warnings=self.rec.agent_warnings(),
+        )
+        return answer.model_dump()
 
     def on_open_stream(self, msg: m.OpenStream) -> StreamConnection:
         self._close_stream()

@@ -43,6 +43,7 @@ from tunefleet.agent.outbox import Outbox, ReportSender
 from tunefleet.agent.settings import AgentSettings
 from tunefleet.agent.tasks import cancel_task, first_error
 from tunefleet.fsm.worker import WorkerState
+from tunefleet.protocol.endpoints import HeartbeatRequest, RegisterRequest
 from tunefleet.protocol.events import JobCancelEvent, ShutdownEvent, read_event
 from tunefleet.protocol.sse import SseEvent, decode_event
 from tunefleet.protocol.tls import client_ssl_context
@@ -250,21 +251,23 @@ class Agent:
                 await self._wait_to_reconnect(backoff, error)
 
     def _register_body(self) -> dict[str, Any]:
+        # Built, not validated: bounds are the orchestrator's to enforce, with a 400 that
+        # says what to change, and the agent must never fail before it can hear that.
+        request = RegisterRequest.model_construct(
+            name=self.settings.name,
+            persistent=self.settings.persistent,
+            provider=None,
+            labels=dict(self.settings.labels),
+            current_job_id=self.current_job_id,
+            hostname=self.settings.hostname,
+            agent="tunefleet",
+            agent_version=__version__,
+        )
+        if self.settings.allowed_commands is not None:
+            request.allowed_commands = list(self.settings.allowed_commands)
         return {
-            "name": self.settings.name,
+            **request.model_dump(exclude_unset=True),
             **self.inventory.register_fields(),
-            "persistent": self.settings.persistent,
-            "provider": None,
-            "labels": dict(self.settings.labels),
-            "current_job_id": self.current_job_id,
-            "hostname": self.settings.hostname,
-            "agent": "tunefleet",
-            "agent_version": __version__,
-            **(
-                {"allowed_commands": list(self.settings.allowed_commands)}
-                if self.settings.allowed_commands is not None
-                else {}
-            ),
         }
 
     def _on_registered(self, registration: Registration) -> None:
@@ -423,14 +426,14 @@ class Agent:
 
     async def _send_heartbeat(self) -> None:
         sample = await self._gpu_sample()
-        body = {
-            "worker_id": self.lifecycle.worker_id,
-            "status": self.state,
-            "current_job_id": self.current_job_id,
-            "job_progress": self.jobs.progress,
-            "gpu_utilization": sample.utilization_pct,
-            "vram_used_gb": sample.memory_used_gb,
-        }
+        body = HeartbeatRequest.model_construct(
+            worker_id=self.lifecycle.worker_id,
+            status=self.state,
+            current_job_id=self.current_job_id,
+            job_progress=self.jobs.progress,
+            gpu_utilization=sample.utilization_pct,
+            vram_used_gb=sample.memory_used_gb,
+        ).model_dump()
         timeout = min(self.settings.request_timeout_s, max(self.settings.heartbeat_interval_s, 1.0))
         try:
             await self.client.heartbeat(body, timeout_s=timeout)

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from pydantic import ValidationError
 
 from tunefleet import __version__
 
@@ -40,6 +41,7 @@ from tunefleet.agent.errors import (  # noqa: F401
     tls_hint,
 )
 from tunefleet.agent.probe import describe_body, speaks_tls
+from tunefleet.protocol.endpoints import DisconnectRequest, RegisterResponse, StandbyRefusal
 from tunefleet.protocol.sse import SseEvent, SseParser
 from tunefleet.tokens import API_TOKEN_PREFIX
 
@@ -102,8 +104,8 @@ class WorkerClient:
         if len(self.base_urls) < 2 or used != self.base_url:
             return  # one URL only, or another request moved on already
         self._failed.add(used)
-        named = data.get("active_url") if isinstance(data, dict) else None
-        named = named.rstrip("/") if isinstance(named, str) else None
+        refusal = StandbyRefusal.model_validate(data) if isinstance(data, dict) else None
+        named = refusal.active_url.rstrip("/") if refusal and refusal.active_url else None
         if named in self.base_urls and named != used:
             self._current = self.base_urls.index(named)
         else:
@@ -150,9 +152,12 @@ class WorkerClient:
             if status is not None and (status == 501 or not proxy_waiting):
                 raise NotAnOrchestrator(self.base_url, status, error.detail) from error
             raise
-        if not isinstance(data, dict) or not isinstance(data.get("worker_id"), str):
+        if not isinstance(data, dict):
             raise NotAnOrchestrator(self.base_url, 200, describe_body(data))
-        return _registration(data)
+        try:
+            return _registration(data)
+        except ValidationError as error:  # no worker id: not an orchestrator's answer
+            raise NotAnOrchestrator(self.base_url, 200, describe_body(data)) from error
 
     async def heartbeat(self, body: Mapping[str, Any], timeout_s: float | None = None) -> None:
         await self._request("POST", "/api/workers/heartbeat", "heartbeat", body, timeout_s)
@@ -171,7 +176,7 @@ class WorkerClient:
         return isinstance(data, dict) and bool(data.get("has_jobs"))
 
     async def disconnect(self, worker_id: str, timeout_s: float | None = None) -> None:
-        body = {"worker_id": worker_id}
+        body = DisconnectRequest.model_construct(worker_id=worker_id).model_dump(exclude_unset=True)
         await self._request("POST", "/api/workers/disconnect", "disconnect", body, timeout_s)
 
     async def stream(
@@ -334,21 +339,12 @@ def _raise_for_status(status: int, data: Any, what: str) -> None:
 
 
 def _registration(data: dict[str, Any]) -> Registration:
-    worker_id = data["worker_id"]
-    sse_url = data.get("sse_url")
-    resume = data.get("resume_job")
-    abandon = data.get("abandon_job")
+    answer = RegisterResponse.read(data)
     return Registration(
-        worker_id=worker_id,
-        sse_url=sse_url
-        if isinstance(sse_url, str) and sse_url
-        else f"/api/workers/stream?worker_id={worker_id}",
-        resume_job=resume if isinstance(resume, dict) else None,
-        abandon_job=abandon if isinstance(abandon, str) and abandon else None,
-        name=_text(data.get("name")),
-        worker_type=_text(data.get("worker_type")),
+        worker_id=answer.worker_id,
+        sse_url=answer.sse_url,
+        resume_job=answer.resume_job.model_dump() if answer.resume_job else None,
+        abandon_job=answer.abandon_job,
+        name=answer.name,
+        worker_type=answer.worker_type,
     )
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import structlog
 
+from tunefleet.protocol.endpoints import GpuDeviceReport, RegisterRequest, ReportedGpus
+
 log = structlog.get_logger(__name__)
 
 _GIB = 1024**3
@@ -64,21 +66,23 @@ class GpuInventory:
 
     def register_fields(self) -> dict[str, Any]:
         """Both spellings of the GPU report: nested `gpu_info` and the seed's flat fields."""
-        return {
-            "gpu_info": {
-                "name": self.name,
-                "vram_gb": self.vram_gb,
-                "count": self.count,
-                "accelerator": self.accelerator,
-                "driver": self.driver_version,
-                "cuda": self.cuda_version,
-                "devices": [d.as_dict() for d in self.devices],
-            },
-            "gpu_count": self.count,
-            "gpu_name": self.name,
-            "gpu_vram_gb": self.vram_gb,
-            "accelerator_type": self.accelerator,
-        }
+        gpus = ReportedGpus.model_construct(
+            name=self.name,
+            vram_gb=self.vram_gb,
+            count=self.count,
+            accelerator=self.accelerator,
+            driver=self.driver_version,
+            cuda=self.cuda_version,
+            devices=[GpuDeviceReport.model_construct(**d.as_dict()) for d in self.devices],
+        )
+        report = RegisterRequest.model_construct(
+            gpu_info=gpus,
+            gpu_count=self.count,
+            gpu_name=self.name,
+            gpu_vram_gb=self.vram_gb,
+            accelerator_type=self.accelerator,
+        )
+        return report.model_dump(exclude_unset=True)
 
 
 @dataclass(frozen=True, slots=True)

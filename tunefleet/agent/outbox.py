@@ -25,6 +25,12 @@ import structlog
 from tunefleet.agent.backoff import Backoff
 from tunefleet.agent.client import OrchestratorUnreachable, RequestRejected
 from tunefleet.agent.executor import LogLine
+from tunefleet.protocol.endpoints import (
+    JobLogsRequest,
+    JobStatusRequest,
+    OutputsReport,
+    log_line,
+)
 from tunefleet.protocol.status import TERMINAL_STATUSES, ReportedStatus
 
 log = structlog.get_logger(__name__)
@@ -87,13 +93,17 @@ class Outbox:
         outputs: dict[str, Any] | None = None,
         resumed_from: str | None = None,
     ) -> None:
-        body: dict[str, Any] = {"status": status, "progress": progress, "error": error}
+        # Built, not validated: the orchestrator bounds what it takes (a long error is
+        # shortened there), and a report must never fail to be made.
+        report = JobStatusRequest.model_construct(status=status, progress=progress, error=error)
         if resumed_from is not None:
-            body["resumed_from"] = resumed_from  # the checkpoint the trainer started from
+            report.resumed_from = resumed_from  # the checkpoint the trainer started from
         if attempt is not None:
-            body["attempt"] = attempt
+            report.attempt = attempt
         if outputs is not None:
-            body["outputs"] = outputs  # what the attempt stored (its final report only)
+            # What the attempt stored (its final report only).
+            report.outputs = OutputsReport.model_construct(**outputs)
+        body = report.model_dump(exclude_unset=True)
         self._append(Report("status", job_id, body, attempt=attempt))
 
     def add_progress(
@@ -114,7 +124,7 @@ class Outbox:
     def add_logs(self, job_id: str, attempt: int, lines: Sequence[LogLine]) -> None:
         if not self.logs_enabled or not lines:
             return
-        wire = [{"seq": ln.seq, "stream": ln.stream, "line": ln.line, "at": ln.at} for ln in lines]
+        wire = [log_line(ln.seq, ln.stream, ln.line, ln.at) for ln in lines]
         tail = self._items[-1] if self._items else None
         if (
             tail is not None
@@ -129,7 +139,9 @@ class Outbox:
         else:
             for start in range(0, len(wire), self.max_batch_lines):
                 chunk = wire[start : start + self.max_batch_lines]
-                body = {"lines": chunk, "attempt": attempt}
+                # The lines are wire dicts already (a batch grows while it waits).
+                batch = JobLogsRequest.model_construct(attempt=attempt)
+                body = batch.model_dump(exclude_unset=True) | {"lines": chunk}
                 self._append(Report("logs", job_id, body, attempt=attempt))
         self._trim_logs()
 

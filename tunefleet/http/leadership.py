@@ -21,6 +21,7 @@ import peewee as pw
 import structlog
 from aiohttp import web
 
+from tunefleet.protocol.endpoints import StandbyRefusal
 from tunefleet.storage.database import Database
 from tunefleet.storage.leadership import (
     LeadershipLost,
@@ -200,8 +201,9 @@ def standby_gate(
             if elsewhere:  # a browser opening the UI here is sent to the active one's
                 raise web.HTTPTemporaryRedirect(f"{current.active_url}{request.path_qs}")
             return await handler(request)  # its API calls then say why nothing answers
+        refusal = StandbyRefusal(detail=refusal_detail(current), active_url=current.active_url)
         return web.json_response(
-            {"detail": refusal_detail(current), "active_url": current.active_url},
+            refusal.model_dump(),
             status=503,
             headers={"Retry-After": "1"},
         )

@@ -9,11 +9,13 @@ ignored, numbers where text is meant) and strict in size.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from tunefleet.protocol.fields import (
+    Forgiving,
     Identifier,
     Labels,
     LogStream,
@@ -54,13 +56,32 @@ class GpuInfo(RequestModel):
     cuda: VersionText | None = None
 
 
+class GpuDeviceReport(RequestModel):
+    """One device as tunefleet's agent lists it."""
+
+    index: int = Field(ge=0, le=MAX_GPUS)
+    name: ShortText | None = None
+    vram_gb: float | None = Field(default=None, ge=0, le=MAX_VRAM_GB)
+    uuid: ShortText | None = None
+
+
+class ReportedGpus(GpuInfo):
+    """``gpu_info`` as an agent sends it: tunefleet's agent lists each device too. The
+    orchestrator keeps the summary (GpuInfo), which is what matching reads, and never
+    refuses a registration over the list."""
+
+    devices: Annotated[
+        Annotated[list[GpuDeviceReport], Field(max_length=MAX_GPUS)] | None, Forgiving
+    ] = None
+
+
 class RegisterRequest(RequestModel):
     """POST /api/workers/register. GPUs may come nested (``gpu_info``, SimpleTuner's agent)
     or flat (``gpu_count``, ``gpu_name``, ``gpu_vram_gb``, ``accelerator_type``, the seed
     document); ``gpu()`` merges them, nested values first."""
 
     name: ShortText = Field(min_length=1)
-    gpu_info: GpuInfo | None = None
+    gpu_info: ReportedGpus | None = None
     gpu_count: int | None = Field(default=None, ge=0, le=MAX_GPUS)
     gpu_name: ShortText | None = None
     gpu_vram_gb: float | None = Field(default=None, ge=0, le=MAX_VRAM_GB)
@@ -71,6 +92,7 @@ class RegisterRequest(RequestModel):
     current_job_id: Identifier | None = None
     # Sent by tunefleet's agent; SimpleTuner's does not.
     hostname: ShortText | None = None
+    agent: ShortText | None = Field(default=None, examples=["tunefleet"])
     agent_version: VersionText | None = None
     # tunefleet's agent: the programs it will run (--allowed-commands), so the scheduler
     # does not send it a job it would refuse. Absent: not said.
@@ -78,7 +100,11 @@ class RegisterRequest(RequestModel):
 
     def gpu(self) -> GpuInfo:
         """The GPU report in the one stored spelling."""
-        nested = self.gpu_info.model_dump(exclude_unset=True) if self.gpu_info else {}
+        nested = (
+            self.gpu_info.model_dump(exclude_unset=True, exclude={"devices"})
+            if self.gpu_info
+            else {}
+        )
         flat = {
             "count": self.gpu_count,
             "name": self.gpu_name,
@@ -96,18 +122,43 @@ class ResumeJob(ResponseModel):
     status: str
 
 
+def _none_if_empty(value: Any) -> Any:
+    return value or None
+
+
 class RegisterResponse(ResponseModel):
     """The protocol's four fields, and tunefleet's additions: the administrator's ``name``
     and ``worker_type`` (in force; tunefleet's agent follows them) and ``warnings`` where
-    the agent's own settings disagree."""
+    the agent's own settings disagree. tunefleet's agent reads an answer that lacks
+    something (SimpleTuner's server sends no additions) field by field."""
 
-    worker_id: str = Field(examples=["w_abc123"])
+    worker_id: str = Field(min_length=1, examples=["w_abc123"])
     sse_url: str = Field(examples=["/api/workers/stream?worker_id=w_abc123"])
-    resume_job: ResumeJob | None = None
-    abandon_job: str | None = None
-    name: str | None = None
-    worker_type: WorkerType | None = None
-    warnings: list[str] = Field(default_factory=list)
+    resume_job: Annotated[ResumeJob | None, Forgiving] = None
+    abandon_job: Annotated[str | None, Forgiving, AfterValidator(_none_if_empty)] = None
+    name: Annotated[str | None, Forgiving, AfterValidator(_none_if_empty)] = None
+    worker_type: Annotated[WorkerType | None, Forgiving] = None
+    warnings: Annotated[list[str], Forgiving] = Field(default_factory=list)
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any]) -> RegisterResponse:
+        """The answer as an agent reads it: the stream's URL is the protocol's own when
+        the answer names none. ValidationError when it names no worker id."""
+        sse_url = data.get("sse_url")
+        if not (isinstance(sse_url, str) and sse_url):
+            sse_url = f"/api/workers/stream?worker_id={data.get('worker_id')}"
+        return cls.model_validate({**data, "sse_url": sse_url})
+
+
+class StandbyRefusal(ResponseModel):
+    """A standby's 503 to every API and worker request: why, and where the active
+    orchestrator is (null: not known yet). An agent given several URLs moves to that one
+    when it is among them."""
+
+    detail: Annotated[str, Forgiving] = ""
+    active_url: Annotated[str | None, Forgiving] = Field(
+        default=None, examples=["https://orch-a.example.com:8001"]
+    )
 
 
 def _samples(value: Any) -> Any:
@@ -183,6 +234,13 @@ class LogLine(RequestModel):
         str, BeforeValidator(truncating(MAX_LOG_LINE_CHARS)), Field(max_length=MAX_LOG_LINE_CHARS)
     ]
     at: float = Field(ge=0, le=1e11, description="Unix seconds when the agent read the line")
+
+
+def log_line(seq: int, stream: str, line: str, at: float) -> dict[str, Any]:
+    """One LogLine as it goes on the wire, built without pydantic: an agent sends
+    thousands a second (a pydantic round trip costs ~30 times as much). A test holds it
+    to LogLine."""
+    return {"seq": seq, "stream": stream, "line": line, "at": at}
 
 
 class JobLogsRequest(RequestModel):

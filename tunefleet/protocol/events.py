@@ -21,25 +21,11 @@ from pydantic import (
     BeforeValidator,
     Field,
     ValidationError,
-    ValidatorFunctionWrapHandler,
     WithJsonSchema,
-    WrapValidator,
     model_validator,
 )
-from pydantic_core import PydanticUseDefault
 
-from tunefleet.protocol.fields import ResponseModel
-
-
-def _default_if_unreadable(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    try:
-        return handler(value)
-    except ValidationError:
-        raise PydanticUseDefault() from None
-
-
-# A field an agent reads as absent (its default) when it cannot read it.
-Forgiving = WrapValidator(_default_if_unreadable)
+from tunefleet.protocol.fields import Forgiving, ResponseModel
 
 
 def _env_in(value: Any) -> Any:

@@ -13,7 +13,18 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    WrapValidator,
+)
+from pydantic_core import PydanticUseDefault
 
 from tunefleet.protocol.status import ReportedStatusName
 
@@ -199,3 +210,19 @@ DataloaderJson = Annotated[
     AfterValidator(_object_or_list),
     WithJsonSchema({"anyOf": [{"type": "object"}, {"type": "array"}, {"type": "null"}]}),
 ]
+
+
+# --- reading what the other side may say differently -----------------------------------
+
+
+def _default_if_unreadable(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticUseDefault() from None
+
+
+# A field read as absent (its default) when it cannot be read: for what an agent reads
+# from an orchestrator that may be SimpleTuner's own or newer than itself, where one odd
+# field must not cost the whole message.
+Forgiving = WrapValidator(_default_if_unreadable)
