@@ -94,3 +94,16 @@ def test_the_composition_root_still_exists() -> None:
     """An exemption for a file that no longer imports http/ is a stale hole in the rule."""
     for relative in COMPOSITION_ROOTS:
         assert any(m.startswith(FORBIDDEN) for m in imported_modules(PACKAGE / relative))
+
+
+def test_the_protocol_room_imports_no_other_room() -> None:
+    """Both ends import the protocol, so it may depend on neither: only on itself and
+    the shared error base."""
+    allowed = ("tunefleet.protocol", "tunefleet.errors")
+    found = [
+        (path.relative_to(PACKAGE).as_posix(), module)
+        for path in sorted((PACKAGE / "protocol").rglob("*.py"))
+        for module in imported_modules(path)
+        if names(module, "tunefleet") and not any(names(module, room) for room in allowed)
+    ]
+    assert found == []

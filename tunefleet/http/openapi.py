@@ -65,6 +65,14 @@ SSE_EVENT_SCHEMA: dict[str, Any] = {
     },
     "required": ["event", "data"],
 }
+
+
+def event_stream_schema(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """SSE_EVENT_SCHEMA with the data's schema narrowed to one of the given events."""
+    data = {**SSE_EVENT_SCHEMA["properties"]["data"], "contentSchema": {"oneOf": events}}
+    return {**SSE_EVENT_SCHEMA, "properties": {**SSE_EVENT_SCHEMA["properties"], "data": data}}
+
+
 _SECURITY_SCHEMES = {
     "bearerAuth": {"type": "http", "scheme": "bearer", "description": "An API token (tf_…)"},
     "workerToken": {
@@ -99,6 +107,8 @@ class RouteSpec:
     also_streams: bool = False
     # Other media types it answers with on request (e.g. ?format=csv), as plain text.
     also_content: tuple[str, ...] = ()
+    # The models of the events an event stream sends (its data's schemas).
+    events: tuple[type[BaseModel], ...] = ()
 
     @property
     def openapi_path(self) -> str:
@@ -139,6 +149,7 @@ class RouteTable(web.RouteTableDef):
         include_in_schema: bool = True,
         also_streams: bool = False,
         also_content: Iterable[str] = (),
+        events: Iterable[type[BaseModel]] = (),
         **kwargs: Any,
     ) -> Callable[[Handler], Handler]:
         """Declare a route; ``auth`` is "none", "worker", "api" or "api:<permission>"."""
@@ -171,6 +182,7 @@ class RouteTable(web.RouteTableDef):
                     include_in_schema=include_in_schema,
                     also_streams=also_streams,
                     also_content=tuple(also_content),
+                    events=tuple(events),
                 )
             )
             register = web.RouteTableDef.route(self, method, path, **kwargs)
@@ -244,6 +256,7 @@ def _component_schemas(specs: list[RouteSpec]) -> tuple[Refs, dict[str, Any]]:
             (spec.request_model, "validation"),
             (spec.query_model, "validation"),
             (spec.response_model, "serialization"),
+            *((event, "serialization") for event in spec.events),
         ):
             if model is not None and (model, mode) not in wanted:
                 wanted.append((model, mode))  # type: ignore[arg-type]
@@ -319,6 +332,8 @@ def _responses(spec: RouteSpec, refs: Refs) -> dict[str, Any]:
     if spec.status != 204:
         if spec.response_model is not None:
             schema = refs[(spec.response_model, "serialization")]
+        elif spec.content_type == EVENT_STREAM and spec.events:
+            schema = event_stream_schema([refs[(event, "serialization")] for event in spec.events])
         elif spec.content_type == EVENT_STREAM:
             schema = SSE_EVENT_SCHEMA
         else:

@@ -36,7 +36,13 @@ from tunefleet.http.schemas_workers import (
     WorkerIdQuery,
 )
 from tunefleet.http.stream_socket import bound_silent_peer, dead_peer_timeout_s
-from tunefleet.protocol.events import PingEvent
+from tunefleet.protocol.events import (
+    DrainEvent,
+    JobCancelEvent,
+    JobSubmitEvent,
+    PingEvent,
+    ShutdownEvent,
+)
 from tunefleet.protocol.status import TERMINAL_STATUSES, lifecycle_word
 
 log = structlog.get_logger(__name__)
@@ -82,6 +88,7 @@ async def register_worker(request: web.Request) -> web.StreamResponse:
     query=WorkerIdQuery,
     auth="worker",
     content_type="text/event-stream",
+    events=(JobSubmitEvent, JobCancelEvent, DrainEvent, ShutdownEvent, PingEvent),
     description="Send Last-Event-ID to receive the events not yet acknowledged.",
 )
 async def worker_stream(request: web.Request) -> web.StreamResponse:

@@ -13,6 +13,9 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from tunefleet.fsm.job import JobState, JobStateName
+from tunefleet.fsm.worker import WorkerState, WorkerStateName
+
 # The building blocks are the protocol's (the worker endpoints' models are built of them);
 # the user-facing schemas import them from here with the rest.
 from tunefleet.protocol.fields import (
@@ -23,6 +26,7 @@ from tunefleet.protocol.fields import (
     JsonKey,
     LabelGlobs,
     Labels,
+    LogStream,
     LongText,
     PlainName,
     ProgressObject,
@@ -31,6 +35,7 @@ from tunefleet.protocol.fields import (
     ResponseModel,
     ShortText,
     VersionText,
+    WorkerType,
     json_object_limit,
     truncating,
 )
@@ -65,16 +70,11 @@ __all__ = [
     "truncating",
 ]
 
-from tunefleet.fsm.job import JobState, JobStateName
-from tunefleet.fsm.worker import WorkerState, WorkerStateName
-
 WorkerStatus = WorkerStateName
 WORKER_STATUSES: tuple[str, ...] = tuple(state.value for state in WorkerState)
 JobStatus = JobStateName
 JOB_STATUSES: tuple[str, ...] = tuple(state.value for state in JobState)
-WorkerType = Literal["persistent", "ephemeral"]
 Target = Literal["worker", "local", "auto"]
-LogStream = Literal["stdout", "stderr"]
 
 
 class StrictRequestModel(RequestModel):

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import (
     AfterValidator,
     BeforeValidator,
+    ConfigDict,
     Field,
     ValidationError,
     WithJsonSchema,
@@ -46,7 +47,15 @@ Dataloader = Annotated[
 ]
 
 
-class JobRequirements(ResponseModel):
+class EventModel(ResponseModel):
+    """An event's data. The orchestrator always sends every field (null included), so
+    the schema marks every field required: SimpleTuner's agent reads
+    ``upload_endpoint`` and ``upload_token`` unconditionally."""
+
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+
+class JobRequirements(EventModel):
     """What the job asked of its worker (the local runner gives it ``gpu_count`` GPUs)."""
 
     target: str
@@ -56,7 +65,7 @@ class JobRequirements(ResponseModel):
     worker_labels: dict[str, str] = Field(default_factory=dict)
 
 
-class JobSubmitEvent(ResponseModel):
+class JobSubmitEvent(EventModel):
     """``upload_endpoint`` must be present and ``upload_token`` a string (never null):
     SimpleTuner's agent reads both unconditionally. ``upload_endpoint`` is a path
     (``/api/artifacts``) that agent puts its orchestrator URL in front of.
@@ -83,17 +92,17 @@ class JobSubmitEvent(ResponseModel):
     requirements: Annotated[JobRequirements | None, Forgiving] = None
 
 
-class JobCancelEvent(ResponseModel):
+class JobCancelEvent(EventModel):
     type: Literal["job_cancel"] = "job_cancel"
     job_id: JobId
     reason: Annotated[str | None, Forgiving] = None
 
 
-class DrainEvent(ResponseModel):
+class DrainEvent(EventModel):
     type: Literal["drain"] = "drain"
 
 
-class ShutdownEvent(ResponseModel):
+class ShutdownEvent(EventModel):
     """``reason`` at the top level, as the protocol (and SimpleTuner's agent) reads it;
     SimpleTuner's server nests it under ``data``, which is read too."""
 
@@ -112,16 +121,16 @@ class ShutdownEvent(ResponseModel):
         return data
 
 
-class PingEvent(ResponseModel):
+class PingEvent(EventModel):
     type: Literal["ping"] = "ping"
 
 
 StreamEvent = JobSubmitEvent | JobCancelEvent | DrainEvent | ShutdownEvent | PingEvent
 
-EventModel = TypeVar("EventModel", bound=ResponseModel)
+Event = TypeVar("Event", bound=EventModel)
 
 
-def read_event(model: type[EventModel], data: Mapping[str, Any]) -> EventModel | None:
+def read_event(model: type[Event], data: Mapping[str, Any]) -> Event | None:
     """An event's data read with its model; None when it lacks what it cannot do without
     (the job id of a job_submit or job_cancel): such an event is ignored, never a crash.
     The type was read already (from ``type``, or the SSE event name when that is absent),
