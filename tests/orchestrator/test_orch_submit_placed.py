@@ -1,6 +1,7 @@
 """A job submitted while an idle connected worker fits it is placed before it is first
 written: the job, its attempt, both timeline entries and both audit events go in ONE
-commit, and the job_submit is pushed only after it. Counted in writes, never timed."""
+commit, and the job_submit is pushed only after it. A final report's numbers join the
+end's commit too. Counted in writes, never timed."""
 
 from __future__ import annotations
 
@@ -154,3 +155,30 @@ async def test_a_job_stored_dispatched_survives_a_restart_before_its_worker_row_
     job = await after.job(job_id)
     assert (job.state, job.attempts) == ("completed", 1)
     assert await after.timeline_kinds(job_id) == ["submitted", "dispatched", "started", "completed"]
+
+
+async def test_a_final_report_with_numbers_stores_its_point_in_the_end_commit(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    await agent.report(job_id, "running")
+    before = harness.db.stats.writes
+    await agent.report(job_id, "completed", {"step": 3, "total": 3, "loss": 0.25})
+    # The job's end with its last metric point, then the worker's own row.
+    assert harness.db.stats.writes - before == 2
+    assert await harness.job_state(job_id) == "completed"
+    points = await harness.store.read_metrics(job_id)
+    assert [(p.attempt, p.step, p.values) for p in points] == [(1, 3, {"loss": 0.25})]
+
+
+async def test_an_agent_that_stops_a_job_on_its_own_still_keeps_its_last_numbers(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    await agent.report(job_id, "running")
+    await agent.report(job_id, "cancelled", {"step": 2, "loss": 0.5})  # not asked to stop
+    assert await harness.job_state(job_id) in ("pending", "dispatched")  # back in the queue
+    points = await harness.store.read_metrics(job_id)
+    assert [(p.attempt, p.step, p.values) for p in points] == [(1, 2, {"loss": 0.5})]

@@ -267,9 +267,8 @@ class JobActor(JobFsmMixin, Actor):
             return {"success": True}
         if word not in TERMINAL_STATUSES:
             return {"success": True}
-        if msg.progress:  # the last numbers of the run belong to its history too
-            await self.ctx.persistence.save_metrics(self.job_id, self.attempts, msg.progress, now)
-        await self._finish_from_report(word, msg.error, now)
+        # The last numbers of the run belong to its history too, in the end's own commit.
+        await self._finish_from_report(word, msg.error, now, msg.progress)
         if word == ReportedStatus.COMPLETED and self.ctx.artifacts is not None:
             await self.ctx.artifacts.record_outcome(self.job_id, self.attempts, msg.outputs)
         return {"success": True, "release_hold": True}
@@ -299,18 +298,23 @@ class JobActor(JobFsmMixin, Actor):
             at=now,
         )
 
-    async def _finish_from_report(self, word: str, error: str | None, now: float) -> None:
+    async def _finish_from_report(
+        self, word: str, error: str | None, now: float, reported: dict[str, Any] | None
+    ) -> None:
         if word == ReportedStatus.COMPLETED:
-            await self._end("complete", JobState.COMPLETED, None, now)
+            await self._end("complete", JobState.COMPLETED, None, now, reported)
         elif word == ReportedStatus.FAILED:
-            await self._end("fail", JobState.FAILED, error or "the trainer reported a failure", now)
+            failure = error or "the trainer reported a failure"
+            await self._end("fail", JobState.FAILED, failure, now, reported)
         elif self.stop_is_timeout:
-            await self._end("fail", JobState.FAILED, self.stop_reason, now)
+            await self._end("fail", JobState.FAILED, self.stop_reason, now, reported)
         elif self.stop_reason is not None:
-            await self._end("cancel", JobState.CANCELLED, self.stop_reason, now)
+            await self._end("cancel", JobState.CANCELLED, self.stop_reason, now, reported)
         else:
             # The agent stopped the job on its own (it is shutting down): not the job's fault.
             # The worker no longer runs it either, so it is released like any final report.
+            if reported:
+                await self.ctx.persistence.save_metrics(self.job_id, self.attempts, reported, now)
             reason = f"worker {self.worker_id} stopped the job: {error}"
             self._release_worker(hold=True)
             await self._requeue_or_fail(reason, now)
@@ -448,13 +452,25 @@ class JobActor(JobFsmMixin, Actor):
         await self._record_end(JobState.FAILED, error, now, worker_id)
         await self._stop_self()
 
-    async def _end(self, trigger: str, dest: JobState, reason: str | None, now: float) -> None:
+    async def _end(
+        self,
+        trigger: str,
+        dest: JobState,
+        reason: str | None,
+        now: float,
+        reported: dict[str, Any] | None = None,
+    ) -> None:
         JOB_LIFECYCLE.fire(self, trigger)
         self._cancel_timers()
-        await self._record_end(dest, reason, now, self.worker_id)
+        await self._record_end(dest, reason, now, self.worker_id, reported)
 
     async def _record_end(
-        self, dest: JobState, reason: str | None, now: float, worker_id: str | None
+        self,
+        dest: JobState,
+        reason: str | None,
+        now: float,
+        worker_id: str | None,
+        reported: dict[str, Any] | None = None,
     ) -> None:
         self.rec.finished_at = now
         self.rec.error = reason if dest != JobState.COMPLETED else None
@@ -462,7 +478,15 @@ class JobActor(JobFsmMixin, Actor):
             f"job.{dest}", actor=worker_id or "orchestrator", target=self.job_id, reason=reason
         )
         stored = await self.ctx.persistence.commit_end(
-            self.job_id, dest, self.attempts, worker_id, reason, now, self.rec.progress, event
+            self.job_id,
+            dest,
+            self.attempts,
+            worker_id,
+            reason,
+            now,
+            self.rec.progress,
+            event,
+            reported=reported,
         )
         self.ctx.metrics.jobs_finished.labels(outcome=str(dest)).inc()
         await self.ctx.audit.recorded(event, stored)

@@ -418,8 +418,16 @@ class Persistence:
         now: float,
         progress: dict[str, Any] | None,
         event: AuditEntry,
+        *,
+        reported: dict[str, Any] | None = None,
     ) -> AuditEventRow:
+        """The end of a job, with a final report's numbers (``reported``) as the last point
+        of its metric history, in the same commit."""
+        point = metric_point(reported) if attempt > 0 else None
+
         def end(repos: Repos) -> AuditEventRow:
+            if point is not None:
+                repos.metrics.append(job_id, attempt, point[0], point[1], now)
             repos.jobs.cas_state(
                 job_id, _LIVE, state, finished_at=now, error=reason, progress=progress
             )
