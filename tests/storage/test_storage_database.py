@@ -411,3 +411,44 @@ async def test_no_linger_when_turned_off(db_target: DbTarget) -> None:
 async def test_linger_must_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="linger_s"):
         await open_database(None, tmp_path, linger_s=-0.001)
+
+
+# --- a write alone: no savepoint, and a failure rolls the transaction back ------------
+
+
+async def test_a_lone_failing_write_undoes_itself_and_the_next_one_commits(db: Database) -> None:
+    def insert_then_fail() -> None:
+        _insert_worker("w_doomed")()
+        raise ValueError("changed my mind")
+
+    before = db.stats
+    with pytest.raises(ValueError, match="changed my mind"):
+        await db.write(insert_then_fail)
+    assert await db.write(_insert_worker("w_after")) == "w_after"
+    after = db.stats
+    assert after.failed_writes - before.failed_writes == 1
+    assert after.write_groups - before.write_groups == 2
+    assert await db.read(_worker_ids) == ["w_after"]
+
+
+async def test_a_lone_write_runs_without_a_savepoint_a_group_with_one_each(
+    tmp_path: Path,
+) -> None:
+    db = await open_database(None, tmp_path)
+    statements: list[str] = []
+    try:
+        await db.read(lambda: database_proxy.connection().set_trace_callback(statements.append))
+        await db.write(_insert_worker("w_alone"))
+        assert not [s for s in statements if "SAVEPOINT" in s]
+        gate, held = await _hold_thread(db)
+        writes = [asyncio.create_task(db.write(_insert_worker(f"w_{i}"))) for i in range(2)]
+        await _queued(db, 2)
+        gate.release.set()
+        await held
+        await asyncio.gather(*writes)
+        assert [s for s in statements if s.startswith("SAVEPOINT")] == [
+            "SAVEPOINT w0",
+            "SAVEPOINT w1",
+        ]
+    finally:
+        await db.close()

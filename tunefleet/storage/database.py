@@ -3,10 +3,10 @@
 Every query runs on the DB thread, never on the event loop: `read(fn)` and `write(fn)`
 queue a synchronous callable and await its result, which the thread hands back with
 `loop.call_soon_threadsafe`. Writes queued together (heartbeats from many workers) run
-in ONE transaction, each in its own savepoint, so one fsync serves them all and a failing
-write undoes only itself. A write's caller hears back only after the commit, so an
-acknowledged write is durable. Reads run between write groups, after the writes queued
-before them.
+in ONE transaction, each in its own savepoint (a write alone needs none), so one fsync
+serves them all and a failing write undoes only itself. A write's caller hears back
+only after the commit, so an acknowledged write is durable. Reads run between write
+groups, after the writes queued before them.
 
 Group commit across requests: when writes come from several requests at once (the last
 group held more than one, or work was already waiting when the thread came back for
@@ -303,21 +303,13 @@ class Database:
         try:
             database = self._connection()
             begin = ("IMMEDIATE",) if self.backend == "sqlite" else ()
-            with database.atomic(*begin):
+            with database.atomic(*begin) as transaction:
                 if self._fence is not None:
                     self._fence(database)
-                for number, call in enumerate(group):
-                    # A savepoint each, so a failing write undoes only itself. Plain SQL:
-                    # peewee's savepoints cost a uuid4 and a context object apiece.
-                    database.execute_sql(f"SAVEPOINT w{number}")
-                    try:
-                        outcomes.append((True, call.fn()))
-                    except Exception as exc:
-                        database.execute_sql(f"ROLLBACK TO SAVEPOINT w{number}")
-                        self._failed_writes += 1
-                        outcomes.append((False, exc))
-                        self._rolled_back()
-                    database.execute_sql(f"RELEASE SAVEPOINT w{number}")
+                if len(group) == 1:
+                    outcomes.append(self._run_alone(group[0], transaction))
+                else:
+                    self._run_in_savepoints(database, group, outcomes)
             # Before anyone is answered: a caller's next request must not count as overlap.
             self._overlap = len(group) > 1 or not self._queue.empty()
         except Exception as exc:  # BEGIN or COMMIT failed: nothing of the group is kept
@@ -330,6 +322,33 @@ class Database:
             return
         for call, (ok, value) in zip(group, outcomes, strict=True):
             call.settle(ok, value)
+
+    def _run_in_savepoints(
+        self, database: pw.Database, group: list[_Call], outcomes: list[tuple[bool, Any]]
+    ) -> None:
+        for number, call in enumerate(group):
+            # A savepoint each, so a failing write undoes only itself. Plain SQL: peewee's
+            # savepoints cost a uuid4 and a context object apiece.
+            database.execute_sql(f"SAVEPOINT w{number}")
+            try:
+                outcomes.append((True, call.fn()))
+            except Exception as exc:
+                database.execute_sql(f"ROLLBACK TO SAVEPOINT w{number}")
+                self._failed_writes += 1
+                outcomes.append((False, exc))
+                self._rolled_back()
+            database.execute_sql(f"RELEASE SAVEPOINT w{number}")
+
+    def _run_alone(self, call: _Call, transaction: Any) -> tuple[bool, Any]:
+        """A group of one needs no savepoint (two statements, two round trips on
+        PostgreSQL): if it fails, the whole transaction is rolled back instead."""
+        try:
+            return True, call.fn()
+        except Exception as exc:
+            transaction.rollback()  # and begins again: the block commits nothing
+            self._failed_writes += 1
+            self._rolled_back()
+            return False, exc
 
     def _rolled_back(self) -> None:
         for forget in self._rollback_listeners:
