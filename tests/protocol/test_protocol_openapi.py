@@ -53,3 +53,15 @@ def test_worker_bodies_are_the_protocols_models(
     assert schema_name(body["schema"]).startswith(model.__name__)
     properties = document["components"]["schemas"][schema_name(body["schema"])]["properties"]
     assert set(properties) == set(model.model_fields)
+
+
+def test_the_answers_agents_read_are_documented_by_their_models(document: dict[str, Any]) -> None:
+    def answer(path: str, method: str) -> str:
+        content = document["paths"][path][method]["responses"]["200"]["content"]
+        return schema_name(content["application/json"]["schema"])
+
+    assert answer("/api/workers/register", "post").startswith("RegisterResponse")
+    assert answer("/api/workers/queue", "get").startswith("QueueCheckResponse")
+    logs = answer("/api/workers/job/{job_id}/logs", "post")
+    assert logs.startswith("LogBatchResponse")
+    assert "stored" in document["components"]["schemas"][logs]["properties"]

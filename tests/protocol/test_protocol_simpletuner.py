@@ -21,6 +21,7 @@ from tunefleet.protocol.endpoints import (
     JobLogsRequest,
     JobStatusRequest,
     LogLine,
+    QueueCheckResponse,
     RegisterRequest,
     RegisterResponse,
     StandbyRefusal,
@@ -285,3 +286,9 @@ def test_a_standbys_refusal_names_the_active_orchestrator() -> None:
     refusal = StandbyRefusal(detail="this orchestrator is a standby", active_url="http://a:1")
     assert wire(refusal) == {"detail": "this orchestrator is a standby", "active_url": "http://a:1"}
     assert StandbyRefusal.model_validate({"detail": "proxy says no"}).active_url is None
+
+
+def test_the_queue_answer_reads_as_no_when_it_cannot_be_read() -> None:
+    assert QueueCheckResponse.model_validate({"has_jobs": True}).has_jobs is True
+    assert QueueCheckResponse.model_validate({"has_jobs": "maybe"}).has_jobs is False
+    assert QueueCheckResponse.model_validate({}).has_jobs is False

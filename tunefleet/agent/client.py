@@ -41,7 +41,12 @@ from tunefleet.agent.errors import (  # noqa: F401
     tls_hint,
 )
 from tunefleet.agent.probe import describe_body, speaks_tls
-from tunefleet.protocol.endpoints import DisconnectRequest, RegisterResponse, StandbyRefusal
+from tunefleet.protocol.endpoints import (
+    DisconnectRequest,
+    QueueCheckResponse,
+    RegisterResponse,
+    StandbyRefusal,
+)
 from tunefleet.protocol.sse import SseEvent, SseParser
 from tunefleet.tokens import API_TOKEN_PREFIX
 
@@ -173,7 +178,7 @@ class WorkerClient:
     async def queue_has_jobs(self, worker_id: str) -> bool:
         path = f"/api/workers/queue?worker_id={quote(worker_id)}"
         data = await self._request("GET", path, "queue check", None)
-        return isinstance(data, dict) and bool(data.get("has_jobs"))
+        return isinstance(data, dict) and QueueCheckResponse.model_validate(data).has_jobs
 
     async def disconnect(self, worker_id: str, timeout_s: float | None = None) -> None:
         body = DisconnectRequest.model_construct(worker_id=worker_id).model_dump(exclude_unset=True)

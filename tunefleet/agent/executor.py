@@ -50,6 +50,7 @@ from tunefleet.agent.progress import ProgressTail
 from tunefleet.agent.uploads import UploadRefused
 from tunefleet.commands import refusal
 from tunefleet.errors import TunefleetError
+from tunefleet.protocol.endpoints import OutputsReport
 from tunefleet.protocol.status import ReportedStatus
 
 __all__ = [
@@ -303,7 +304,9 @@ class _Attempt:
             capture.inform(reason)
             if not completed:
                 return outcome
-            failed = {"stored": False, "reason": reason}
+            failed = OutputsReport.model_construct(stored=False, reason=reason).model_dump(
+                exclude_unset=True
+            )
             return JobOutcome(
                 ReportedStatus.FAILED, outcome.exit_code, reason, capture.tail, failed
             )

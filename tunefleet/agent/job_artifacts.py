@@ -37,6 +37,7 @@ from tunefleet.agent.uploads import (
     file_sha256,
     retrying,
 )
+from tunefleet.protocol.endpoints import OutputsReport
 from tunefleet.protocol.events import JobSubmitEvent
 
 log = structlog.get_logger(__name__)
@@ -253,7 +254,10 @@ class JobArtifacts:
             if entries:
                 # Last: it gives files put straight into a bucket their recorded SHA-256.
                 await self._put_manifest(MANIFEST_NAME, {"files": entries}, "outputs manifest")
-        return {"stored": True, "keys": self.stored_keys, "bytes": self.stored_bytes}
+        report = OutputsReport.model_construct(
+            stored=True, keys=self.stored_keys, bytes=self.stored_bytes
+        )
+        return report.model_dump(exclude_unset=True)
 
     # --- storing ------------------------------------------------------------------------
 

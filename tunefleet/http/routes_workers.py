@@ -30,6 +30,7 @@ from tunefleet.http.schemas_workers import (
     HeartbeatRequest,
     JobLogsRequest,
     JobStatusRequest,
+    LogBatchResponse,
     QueueCheckResponse,
     RegisterRequest,
     RegisterResponse,
@@ -226,7 +227,7 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
     "/api/workers/job/{job_id}/logs",
     summary="Append a batch of the job's output lines (tunefleet addition)",
     request=JobLogsRequest,
-    response=SuccessResponse,
+    response=LogBatchResponse,
     auth="worker",
     errors={403: "Worker not assigned to this job", 404: "Job not found"},
 )
@@ -242,7 +243,7 @@ async def report_job_logs(request: web.Request) -> web.StreamResponse:
     except Forbidden:
         await audit_foreign_job(request, job_id)
         raise
-    return web.json_response({"success": True, "stored": stored})
+    return web.json_response(LogBatchResponse(stored=stored).model_dump())
 
 
 @routes.route(
@@ -256,7 +257,8 @@ async def report_job_logs(request: web.Request) -> web.StreamResponse:
 async def worker_queue_check(request: web.Request) -> web.StreamResponse:
     query = parse_query(request, WorkerIdQuery)
     worker_id = await check_worker_id(request, query.worker_id)
-    return web.json_response({"has_jobs": await fleet_of(request).has_work_for(worker_id)})
+    has_jobs = await fleet_of(request).has_work_for(worker_id)
+    return web.json_response(QueueCheckResponse(has_jobs=has_jobs).model_dump())
 
 
 @routes.route(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
 from tunefleet.protocol.fields import (
     Forgiving,
@@ -251,6 +251,14 @@ class JobLogsRequest(RequestModel):
     lines: list[LogLine] = Field(max_length=MAX_LOG_LINES)
 
 
+class LogBatchResponse(ResponseModel):
+    """The answer to a log batch: how many of its lines were new (a batch sent again after
+    a lost answer stores none twice)."""
+
+    success: bool = True
+    stored: int = Field(ge=0)
+
+
 class WorkerIdQuery(RequestModel):
     """``?worker_id=`` of GET /api/workers/stream and GET /api/workers/queue."""
 
@@ -258,7 +266,11 @@ class WorkerIdQuery(RequestModel):
 
 
 class QueueCheckResponse(ResponseModel):
-    has_jobs: bool
+    # Always sent; an agent reads an answer it cannot read as "no" (it then leaves, as an
+    # ephemeral worker without work does).
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+    has_jobs: Annotated[bool, Forgiving] = False
 
 
 class DisconnectRequest(RequestModel):
