@@ -150,11 +150,9 @@ class ServerOptions:
 def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Application:
     """The application; storage, actors and the local runner live in its cleanup context,
     storage first so that it closes last."""
-    app = web.Application(middlewares=middlewares(), client_max_size=1024**2)
-    app[keys.OPTIONS] = options.absolute()
     gate = standby_gate(lambda request: request.app.get(keys.LEADERSHIP))
     app = web.Application(middlewares=[*middlewares(), gate], client_max_size=1024**2)
-    app[keys.OPTIONS] = options
+    app[keys.OPTIONS] = options.absolute()
     app[keys.CLOCK] = clock or RealClock()
     app[keys.BACKGROUND] = set()
     app.cleanup_ctx.append(_storage)
