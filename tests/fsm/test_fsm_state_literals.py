@@ -22,10 +22,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("actors/clock.py", "cancelled"): "a timer's attribute and its repr, not a job",
     ("actors/clock.py", "pending"): "a timer's repr: not fired yet",
     ("actors/runtime.py", "running"): "an actor task's own state in its repr",
-    ("actors/job_actor.py", "cancelled"): "the default stop reason text sent to the agent",
-    ("actors/persistence.py", "cancelled"): "the default stop reason text, read back",
-    ("actors/local_runner.py", "cancelled"): "the default stop reason text of a job_cancel",
-    ("agent/executor.py", "cancelled"): "the default stop reason text of a cancel",
     ("http/routes_ops.py", "starting"): "the server's readiness answer while it loads",
     ("storage/schema_v1.py", "pending"): "migration 1's frozen schema never follows the enums",
 }

@@ -16,7 +16,7 @@ from tunefleet.actors.runtime import Actor
 from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
-from tunefleet.protocol.events import JobRequirements, JobSubmitEvent
+from tunefleet.protocol.events import DEFAULT_CANCEL_REASON, JobRequirements, JobSubmitEvent
 from tunefleet.protocol.status import RUNNING_STATUSES, TERMINAL_STATUSES, ReportedStatus
 from tunefleet.tokens import hash_token, new_upload_token
 
@@ -385,7 +385,7 @@ class JobActor(JobFsmMixin, Actor):
             self.job_id,
             self.attempts,
             self.worker_id,
-            self.stop_reason or "cancelled",
+            self.stop_reason or DEFAULT_CANCEL_REASON,
             self.stop_is_timeout,
             self.ctx.clock.time(),
         )
@@ -395,7 +395,7 @@ class JobActor(JobFsmMixin, Actor):
     def repeat_stop_request(self) -> None:
         """Push the cancel to the agent and give it the grace period to confirm (again,
         after a restart)."""
-        self._tell_worker(m.PushCancel(self.job_id, self.stop_reason or "cancelled"))
+        self._tell_worker(m.PushCancel(self.job_id, self.stop_reason or DEFAULT_CANCEL_REASON))
         self.arm_cancel_grace()
 
     async def on_cancel_grace_expired(self, attempt: int) -> None:

@@ -30,7 +30,12 @@ from tunefleet.agent.gpu import GpuInventory
 from tunefleet.agent.job_submit import job_spec
 from tunefleet.fsm.worker import WorkerState
 from tunefleet.protocol.endpoints import log_line
-from tunefleet.protocol.events import JobCancelEvent, JobSubmitEvent, read_event
+from tunefleet.protocol.events import (
+    DEFAULT_CANCEL_REASON,
+    JobCancelEvent,
+    JobSubmitEvent,
+    read_event,
+)
 from tunefleet.protocol.status import ReportedStatus
 
 log = structlog.get_logger(__name__)
@@ -144,7 +149,7 @@ class LocalRunner:
         elif event.type == "job_cancel":
             cancel = read_event(JobCancelEvent, event.data)
             if cancel is not None and cancel.job_id == self._current:
-                await self.executor.cancel(cancel.reason or "cancelled")
+                await self.executor.cancel(cancel.reason or DEFAULT_CANCEL_REASON)
 
     async def _run(self, submit: JobSubmitEvent) -> None:
         job_id = submit.job_id

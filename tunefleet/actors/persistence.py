@@ -19,6 +19,7 @@ from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.audit import AuditEntry
 from tunefleet.errors import Conflict
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
+from tunefleet.protocol.events import DEFAULT_CANCEL_REASON
 from tunefleet.storage.rows import AuditEventRow, JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_metrics import metric_point
@@ -167,7 +168,7 @@ class Persistence:
             if job.state == JobState.PENDING:
                 continue
             if event.kind == STOP_REQUESTED and event.attempt == job.attempts:
-                job.stop_reason = str(event.detail.get("reason") or "cancelled")
+                job.stop_reason = str(event.detail.get("reason") or DEFAULT_CANCEL_REASON)
                 job.stop_is_timeout = bool(event.detail.get("timeout"))
 
     async def worker_token_hashes(self) -> dict[str, str]:

@@ -51,6 +51,7 @@ from tunefleet.agent.uploads import UploadRefused
 from tunefleet.commands import refusal
 from tunefleet.errors import TunefleetError
 from tunefleet.protocol.endpoints import OutputsReport
+from tunefleet.protocol.events import DEFAULT_CANCEL_REASON
 from tunefleet.protocol.status import ReportedStatus
 
 __all__ = [
@@ -159,7 +160,7 @@ class JobExecutor:
         finally:
             self._attempt = None
 
-    async def cancel(self, reason: str = "cancelled") -> None:
+    async def cancel(self, reason: str = DEFAULT_CANCEL_REASON) -> None:
         """SIGTERM to the job's group now, SIGKILL after `grace_s`; `run()` returns cancelled.
 
         Returns at once; the escalation is done by the task running the job.

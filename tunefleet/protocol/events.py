@@ -92,6 +92,11 @@ class JobSubmitEvent(EventModel):
     requirements: Annotated[JobRequirements | None, Forgiving] = None
 
 
+# The reason a cancel gives when nobody said why: text shown to the user and the agent,
+# the same word as the status the job ends with.
+DEFAULT_CANCEL_REASON = "cancelled"
+
+
 class JobCancelEvent(EventModel):
     type: Literal["job_cancel"] = "job_cancel"
     job_id: JobId
