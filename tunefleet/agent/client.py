@@ -47,6 +47,7 @@ from tunefleet.protocol.endpoints import (
     RegisterResponse,
     StandbyRefusal,
 )
+from tunefleet.protocol.fields import WorkerType
 from tunefleet.protocol.sse import SseEvent, SseParser
 from tunefleet.tokens import API_TOKEN_PREFIX
 
@@ -61,7 +62,7 @@ class Registration:
     abandon_job: str | None
     # tunefleet's additions (None from an orchestrator that does not send them).
     name: str | None = None
-    worker_type: str | None = None
+    worker_type: WorkerType | None = None
 
 
 class WorkerClient:

@@ -30,7 +30,6 @@ from tunefleet.agent.job_events import (
     JobStatus,
     LogBatch,
     LogLine,
-    LogStream,
     ProgressReported,
 )
 from tunefleet.agent.job_files import (
@@ -52,6 +51,7 @@ from tunefleet.commands import refusal
 from tunefleet.errors import TunefleetError
 from tunefleet.protocol.endpoints import OutputsReport
 from tunefleet.protocol.events import DEFAULT_CANCEL_REASON
+from tunefleet.protocol.fields import LogStream
 from tunefleet.protocol.status import ReportedStatus
 
 __all__ = [

@@ -31,7 +31,7 @@ class Identity:
 def reconcile(settings: AgentSettings, registration: Registration) -> Identity:
     notes: list[str] = []
     persistent = settings.persistent
-    if registration.worker_type in ("persistent", "ephemeral"):
+    if registration.worker_type is not None:  # one of WorkerType: the model read it
         persistent = registration.worker_type == "persistent"
         if persistent != settings.persistent:
             started = "persistent" if settings.persistent else "ephemeral"

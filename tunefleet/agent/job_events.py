@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from tunefleet.protocol.fields import LogStream
 from tunefleet.protocol.status import ReportedStatus
 
 # How an attempt ended: a terminal status word, as the agent reports it.
 JobStatus: TypeAlias = Literal[
     ReportedStatus.COMPLETED, ReportedStatus.FAILED, ReportedStatus.CANCELLED
 ]
-LogStream: TypeAlias = Literal["stdout", "stderr"]
 
 
 @dataclass(frozen=True, slots=True)

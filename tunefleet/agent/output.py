@@ -22,9 +22,9 @@ from tunefleet.agent.job_events import (
     ExecutorEvent,
     LogBatch,
     LogLine,
-    LogStream,
     ProgressReported,
 )
+from tunefleet.protocol.fields import LogStream
 
 log = structlog.get_logger(__name__)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
 import click
 
@@ -11,6 +11,7 @@ from tunefleet.cli.client import ApiClient, Connection, StreamFailed
 from tunefleet.cli.follow import job_path, outcome_exit_code, stream_logs
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.fsm.job import TERMINAL_JOB_STATES
+from tunefleet.protocol.fields import LogStream
 
 PAGE = 5000  # the API's largest page
 MAX_PAGES = 10_000  # 50 million lines: a bound, not a limit anyone should meet
@@ -45,7 +46,7 @@ def _echo_line(line: dict[str, Any], as_json: bool) -> None:
 @click.argument("job_id")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.option("--attempt", type=click.IntRange(min=1), help="Only this attempt's lines.")
-@click.option("--stream", type=click.Choice(["stdout", "stderr"]), help="Only this stream.")
+@click.option("--stream", type=click.Choice(get_args(LogStream)), help="Only this stream.")
 @json_option
 @connection_options
 def logs(
