@@ -50,6 +50,7 @@ class SimWorker:
         "index",
         "job_id",
         "last_event_id",
+        "next_job_id",
         "reconnected_at",
         "registered",
         "resumed",
@@ -66,6 +67,10 @@ class SimWorker:
         self.headers = {"X-Worker-Token": token}
         self.stream: SseConnection | None = None
         self.job_id: str | None = None
+        # A job_submit that arrived while the previous job's final report was still in
+        # flight: kept and run next, as tunefleet's agent does (job_slot), rather than
+        # dropped as SimpleTuner's agent would (then the job waits out the ack timeout).
+        self.next_job_id: str | None = None
         self.last_event_id: int | None = None
         self.registered = False
         self.silent = False  # stops heartbeating (a hung machine)
@@ -227,10 +232,14 @@ class LoadGen:
                 worker.job_id = job_id
                 if self.on_job != "none":
                     self.spawn(self.run_job(worker, job_id))
+            elif worker.job_id != job_id:
+                worker.next_job_id = job_id
         elif kind == "job_cancel":
             job_id = json.loads(data).get("job_id")
             if worker.job_id == job_id:
                 worker.job_id = None
+            if worker.next_job_id == job_id:
+                worker.next_job_id = None
 
     def on_close(self, conn: SseConnection) -> None:
         worker: SimWorker = conn.owner
@@ -250,6 +259,9 @@ class LoadGen:
         if worker.job_id == job_id:
             worker.job_id = None
         self.resolve("completed", job_id, code)
+        if worker.job_id is None and worker.next_job_id is not None:
+            worker.job_id, worker.next_job_id = worker.next_job_id, None
+            self.spawn(self.run_job(worker, worker.job_id))
 
     async def reconnect_worker(self, worker: SimWorker) -> None:
         """A short jittered retry (not the agent's 1 s backoff), so the orchestrator's own

@@ -4,9 +4,11 @@ acknowledge and complete jobs. Plus its wire-level parsers, in pieces."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -131,3 +133,43 @@ def test_a_profiled_server_leaves_its_collapsed_stacks(
     # One "thread (tid): name;frame;frame... count" line per distinct stack.
     assert stacks and all(line.startswith("thread (") for line in stacks)
     assert any("MainThread" in line and "run_forever" in line for line in stacks)
+
+
+async def test_a_job_submit_arriving_before_the_last_report_is_answered_runs_next() -> None:
+    """The orchestrator may push a worker's next job before the worker has read the
+    answer to its completion report; the simulated worker keeps it and runs it next,
+    as tunefleet's agent does, instead of dropping it (which left the job to the
+    acknowledgement timeout and the benchmark waiting)."""
+    from bench.loadgen import LoadGen, SimWorker
+
+    gen = LoadGen(port=1, admin_token="t", server_pid=None, pool=1)
+    gen.on_job = "complete"
+    answers: list[tuple[str, str]] = []
+    first_answered = asyncio.Event()
+    first_in_flight = asyncio.Event()
+
+    async def report(worker: SimWorker, job_id: str, status: str) -> int:
+        answers.append((job_id, status))
+        if (job_id, status) == ("j1", "completed"):
+            first_in_flight.set()
+            await first_answered.wait()
+        return 200
+
+    gen.report = report  # type: ignore[method-assign]
+    worker = SimWorker(0, "w0", "wt_x")
+    stream = SimpleNamespace(owner=worker)
+    gen.on_event(stream, "job_submit", b'{"job_id": "j1"}', 1)  # type: ignore[arg-type]
+    await asyncio.wait_for(first_in_flight.wait(), 5)
+    gen.on_event(stream, "job_submit", b'{"job_id": "j2"}', 2)  # type: ignore[arg-type]
+    first_answered.set()
+    for _ in range(100):
+        if ("j2", "completed") in answers:
+            break
+        await asyncio.sleep(0)
+    assert answers == [
+        ("j1", "running"),
+        ("j1", "completed"),
+        ("j2", "running"),
+        ("j2", "completed"),
+    ]
+    assert worker.job_id is None and worker.next_job_id is None
