@@ -4,7 +4,6 @@ their SQL twins' contracts (tests/storage/test_storage_contract.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,11 +31,11 @@ from tunefleet.storage.store_audit import (
     GENESIS_HASH,
     AuditRepo,
     ChainCheck,
-    _hashed_fields,
-    event_hash,
+    chained_values,
+    check_rows,
 )
 from tunefleet.storage.store_base import Now, page
-from tunefleet.storage.store_metrics import MAX_POINTS_PER_ATTEMPT, MetricRepo
+from tunefleet.storage.store_metrics import MAX_POINTS_PER_ATTEMPT, MetricRepo, thinned_out
 
 
 class MemoryAuditRepo(AuditRepo):
@@ -58,14 +57,13 @@ class MemoryAuditRepo(AuditRepo):
         detail: dict[str, Any] | None = None,
         at: float | None = None,
     ) -> AuditEventRow:
-        when = float(self._now() if at is None else at)
-        stored_detail = json.loads(canonical_json(detail or {}))
+        when = self._now() if at is None else at
         events = self._t.audit_events
         prev_hash = next(reversed(events.values())).hash if events else GENESIS_HASH
-        fields = _hashed_fields(when, kind, actor, client_address, target, outcome, stored_detail)
-        event_id = self._t.next_id("audit_events")
-        values = {**fields, "id": event_id, "prev_hash": prev_hash}
-        values["hash"] = event_hash(prev_hash, fields)
+        values = chained_values(
+            prev_hash, when, kind, actor, client_address, target, outcome, detail
+        )
+        event_id = values["id"] = self._t.next_id("audit_events")
         row = events[event_id] = stored_row(AuditEventRow, AuditEvent, values)
         return fresh(row)
 
@@ -98,16 +96,8 @@ class MemoryAuditRepo(AuditRepo):
         return [fresh(e) for e in found[offset : offset + limit]]
 
     def check_chain(self, after_id: int, prev_hash: str, limit: int) -> ChainCheck:
-        last_id, last_hash, checked = after_id, prev_hash, 0
         batch = [e for e in self._t.audit_events.values() if e.id > after_id][:limit]
-        for row in batch:
-            fields = _hashed_fields(
-                row.at, row.kind, row.actor, row.client_address, row.target, row.outcome, row.detail
-            )
-            if row.prev_hash != last_hash or row.hash != event_hash(last_hash, fields):
-                return ChainCheck(row.id, last_id, last_hash, checked)
-            last_id, last_hash, checked = row.id, row.hash, checked + 1
-        return ChainCheck(None, last_id, last_hash, checked)
+        return check_rows(batch, after_id, prev_hash)
 
 
 class MemoryMetricRepo(MetricRepo):
@@ -161,19 +151,11 @@ class MemoryMetricRepo(MetricRepo):
         ]
 
     def _thin(self, job_id: str, attempt: int) -> int:
-        """store_metrics.MetricRepo._thin's rule: the first point of each 2^k-step
-        interval and the newest."""
         points = sorted(self._points(job_id, attempt), key=lambda p: (p.step, p.id))
-        width = 1
-        while len({p.step // width for p in points}) > MAX_POINTS_PER_ATTEMPT // 2:
-            width *= 2
-        bucket, dropped = None, 0
-        for point in points[:-1]:
-            if point.step // width == bucket:
-                del self._t.job_metrics[point.id]
-                dropped += 1
-            bucket = point.step // width
-        return len(points) - dropped
+        drop = thinned_out([(p.id, p.step) for p in points])
+        for point_id in drop:
+            del self._t.job_metrics[point_id]
+        return len(points) - len(drop)
 
 
 class MemoryArtifactRepo(ArtifactRepo):

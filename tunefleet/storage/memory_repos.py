@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
+from tunefleet.fsm.job import TERMINAL_JOB_STATES
 from tunefleet.fsm.worker import WorkerState
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.memory_tables import (
@@ -38,13 +38,20 @@ from tunefleet.storage.rows import (
     WorkerRow,
     WorkerTokenRow,
 )
-from tunefleet.storage.store_base import MAX_PAGE, Now, checked_fields, page, state_set
-from tunefleet.storage.store_jobs import _JOB_FIXED, JobOrder, JobRepo, LogLineLike
+from tunefleet.storage.store_base import MAX_PAGE, Now, page, state_set
+from tunefleet.storage.store_jobs import (
+    JobOrder,
+    JobRepo,
+    LogLineLike,
+    job_changes,
+    new_job_values,
+)
 from tunefleet.storage.store_workers import (
-    _WORKER_FIXED,
     ApiTokenRepo,
     HeartbeatColumns,
     WorkerRepo,
+    new_worker_values,
+    worker_changes,
 )
 
 
@@ -63,18 +70,9 @@ class MemoryWorkerRepo(WorkerRepo):
         token_hash: str | None = None,
         **fields: Any,
     ) -> WorkerRow:
-        values = checked_fields(Worker, fields, forbidden=_WORKER_FIXED)
+        values = new_worker_values(worker_id, name, worker_type, state, fields, self._now())
         if worker_id in self._t.workers:
             raise AlreadyExists(f"worker {worker_id} already exists")
-        now = self._now()
-        values.update(
-            id=worker_id,
-            name=name,
-            worker_type=worker_type,
-            state=str(state),  # plain strings, as a database gives them back
-            created_at=now,
-            updated_at=now,
-        )
         row = self._t.workers[worker_id] = stored_row(WorkerRow, Worker, values)
         if token_hash is not None:
             self.set_token(worker_id, token_hash)
@@ -102,9 +100,7 @@ class MemoryWorkerRepo(WorkerRepo):
         return [fresh(row) for row in sorted(found, key=lambda r: (r.created_at, r.id))]
 
     def update(self, worker_id: str, **fields: Any) -> bool:
-        values = checked_fields(Worker, fields, forbidden=_WORKER_FIXED)
-        values["updated_at"] = self._now()
-        return self._change(worker_id, values)
+        return self._change(worker_id, worker_changes(fields, self._now()))
 
     def save_heartbeats(self, beats: Sequence[HeartbeatColumns]) -> int:
         now = self._now()
@@ -125,11 +121,11 @@ class MemoryWorkerRepo(WorkerRepo):
     def cas_state(
         self, worker_id: str, expected: str | Collection[str], new: str, **changes: Any
     ) -> bool:
-        values = checked_fields(Worker, changes, forbidden=_WORKER_FIXED)
+        values = worker_changes(changes, self._now())
         row = self._t.workers.get(worker_id)
         if row is None or row.state not in state_set(expected):
             return False
-        values.update(state=str(new), updated_at=self._now())
+        values["state"] = str(new)  # plain, as a database gives it back
         return self._change(worker_id, values)
 
     def delete(self, worker_id: str) -> bool:
@@ -231,14 +227,10 @@ class MemoryJobRepo(JobRepo):
     # --- jobs ---------------------------------------------------------------------------
 
     def create(self, job_id: str, *, config: dict[str, Any], **fields: Any) -> JobRow:
-        state = str(fields.pop("state", JobState.PENDING))  # plain, as a database gives it
-        values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
+        values = new_job_values(job_id, config, fields, self._now())
         if job_id in self._t.jobs:
             raise AlreadyExists(f"job {job_id} already exists")
-        now = self._now()
-        values.setdefault("submitted_at", now)
-        seq = max((job.seq for job in self._t.jobs.values()), default=0) + 1
-        values.update(id=job_id, seq=seq, state=state, config=config, updated_at=now)
+        values["seq"] = max((job.seq for job in self._t.jobs.values()), default=0) + 1
         row = self._t.jobs[job_id] = stored_row(JobRow, Job, values)
         return fresh(row)
 
@@ -283,8 +275,7 @@ class MemoryJobRepo(JobRepo):
         return [fresh(row) for row in sorted(live, key=lambda r: r.seq)]
 
     def update(self, job_id: str, **fields: Any) -> bool:
-        values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
-        values["updated_at"] = self._now()
+        values = job_changes(fields, self._now())
         row = self._t.jobs.get(job_id)
         if row is None:
             return False
@@ -294,11 +285,11 @@ class MemoryJobRepo(JobRepo):
     def cas_state(
         self, job_id: str, expected: str | Collection[str], new: str, **changes: Any
     ) -> bool:
-        values = checked_fields(Job, changes, forbidden=_JOB_FIXED)
+        values = job_changes(changes, self._now())
         row = self._t.jobs.get(job_id)
         if row is None or row.state not in state_set(expected):
             return False
-        values.update(state=str(new), updated_at=self._now())
+        values["state"] = str(new)  # plain, as a database gives it back
         self._t.jobs[job_id] = changed_row(row, Job, values)
         return True
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ def event_hash(prev_hash: str, fields: dict[str, Any]) -> str:
     return hashlib.sha256((prev_hash + canonical_json(fields)).encode()).hexdigest()
 
 
-def _hashed_fields(
+def hashed_fields(
     at: float,
     kind: str,
     actor: str | None,
@@ -47,6 +48,26 @@ def _hashed_fields(
     }
 
 
+def chained_values(
+    prev_hash: str,
+    at: float,
+    kind: str,
+    actor: str | None,
+    client_address: str | None,
+    target: str | None,
+    outcome: str,
+    detail: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A new event's columns (but its id), chained to `prev_hash`.
+
+    Normalised first, so the hash covers exactly what a later read gives back: a float
+    `at` (an int would come back as float) and JSON-shaped detail.
+    """
+    stored_detail = json.loads(canonical_json(detail or {}))
+    fields = hashed_fields(float(at), kind, actor, client_address, target, outcome, stored_detail)
+    return {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}
+
+
 @dataclass(frozen=True, slots=True)
 class ChainCheck:
     """One verified stretch of the chain; verification continues from last_id/last_hash."""
@@ -55,6 +76,20 @@ class ChainCheck:
     last_id: int
     last_hash: str
     checked: int
+
+
+def check_rows(rows: Iterable[AuditEventRow], after_id: int, prev_hash: str) -> ChainCheck:
+    """Verify `rows`, the events after `after_id` in id order, `prev_hash` being the hash
+    before them: stops at the first whose link or hash is wrong."""
+    last_id, last_hash, checked = after_id, prev_hash, 0
+    for row in rows:
+        fields = hashed_fields(
+            row.at, row.kind, row.actor, row.client_address, row.target, row.outcome, row.detail
+        )
+        if row.prev_hash != last_hash or row.hash != event_hash(last_hash, fields):
+            return ChainCheck(row.id, last_id, last_hash, checked)
+        last_id, last_hash, checked = row.id, row.hash, checked + 1
+    return ChainCheck(None, last_id, last_hash, checked)
 
 
 class AuditRepo:
@@ -78,16 +113,14 @@ class AuditRepo:
         detail: dict[str, Any] | None = None,
         at: float | None = None,
     ) -> AuditEventRow:
-        # Normalise first, so the hash covers exactly what a later read gives back:
-        # a float `at` (an int would come back as float) and JSON-shaped detail.
-        when = float(self._now() if at is None else at)
-        stored_detail = json.loads(canonical_json(detail or {}))
+        when = self._now() if at is None else at
         prev_hash = self._chain_head
         if prev_hash is None:
             last = AuditEvent.select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)
             prev_hash = last.scalar() or GENESIS_HASH
-        fields = _hashed_fields(when, kind, actor, client_address, target, outcome, stored_detail)
-        values = {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}
+        values = chained_values(
+            prev_hash, when, kind, actor, client_address, target, outcome, detail
+        )
         stored = insert_row(AuditEvent, values)
         self._chain_head = values["hash"]
         return inserted(AuditEventRow, AuditEvent, stored)
@@ -129,12 +162,4 @@ class AuditRepo:
         query = (
             AuditEvent.select().where(AuditEvent.id > after_id).order_by(AuditEvent.id).limit(limit)
         )
-        last_id, last_hash, checked = after_id, prev_hash, 0
-        for row in rows_of(AuditEventRow, query):
-            fields = _hashed_fields(
-                row.at, row.kind, row.actor, row.client_address, row.target, row.outcome, row.detail
-            )
-            if row.prev_hash != last_hash or row.hash != event_hash(last_hash, fields):
-                return ChainCheck(row.id, last_id, last_hash, checked)
-            last_id, last_hash, checked = row.id, row.hash, checked + 1
-        return ChainCheck(None, last_id, last_hash, checked)
+        return check_rows(rows_of(AuditEventRow, query), after_id, prev_hash)

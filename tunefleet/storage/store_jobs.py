@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Literal, Protocol
 
 import peewee as pw
@@ -29,7 +29,8 @@ from tunefleet.storage.statements import insert_row, update_where
 from tunefleet.storage.store_base import MAX_PAGE, Now, checked_fields, page, state_set
 
 JobOrder = Literal["newest", "seq"]
-_JOB_FIXED = ("id", "seq", "state", "updated_at")
+# Columns only create and cas_state set.
+JOB_FIXED = ("id", "seq", "state", "updated_at")
 _SEQ_RETRIES = 5
 _LOG_CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
 
@@ -47,6 +48,29 @@ class LogLineLike(Protocol):
     def at(self) -> float: ...
 
 
+def new_job_values(
+    job_id: str, config: dict[str, Any], fields: Mapping[str, Any], now: float
+) -> dict[str, Any]:
+    """A new job's columns but its `seq`, which each repository numbers its own way.
+
+    `fields` must name settable columns; the state defaults to pending, stored as a plain
+    string (what a database gives back) whether the caller passed a JobState or not.
+    """
+    fields = dict(fields)
+    state = str(fields.pop("state", JobState.PENDING))
+    values = checked_fields(Job, fields, forbidden=JOB_FIXED)
+    values.setdefault("submitted_at", now)
+    values.update(id=job_id, state=state, config=config, updated_at=now)
+    return values
+
+
+def job_changes(fields: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """What an update or a compare-and-set writes besides the state: settable columns only."""
+    values = checked_fields(Job, fields, forbidden=JOB_FIXED)
+    values["updated_at"] = now
+    return values
+
+
 class JobRepo:
     def __init__(self, now: Now) -> None:
         self._now = now
@@ -61,12 +85,7 @@ class JobRepo:
         memory rather than read with MAX() per job; a conflict on the unique indexes (the
         id exists, or another process took the seq) reads it again and retries.
         """
-        # str(): a row holds plain strings, whether the caller passed a JobState or not.
-        state = str(fields.pop("state", JobState.PENDING))
-        values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
-        now = self._now()
-        values.setdefault("submitted_at", now)
-        values.update(id=job_id, state=state, config=config, updated_at=now)
+        values = new_job_values(job_id, config, fields, self._now())
         for attempt in range(_SEQ_RETRIES):
             values["seq"] = self._next_seq or (Job.select(pw.fn.MAX(Job.seq)).scalar() or 0) + 1
             try:
@@ -125,16 +144,15 @@ class JobRepo:
 
     def update(self, job_id: str, **fields: Any) -> bool:
         """Set fields other than state (use cas_state); False when the job is unknown."""
-        values = checked_fields(Job, fields, forbidden=_JOB_FIXED)
-        values["updated_at"] = self._now()
+        values = job_changes(fields, self._now())
         return bool(update_where(Job, values, equal={"id": job_id}))
 
     def cas_state(
         self, job_id: str, expected: str | Collection[str], new: str, **changes: Any
     ) -> bool:
         """Move to `new` (setting `changes`) only if the state is still `expected`."""
-        values = checked_fields(Job, changes, forbidden=_JOB_FIXED)
-        values.update(state=new, updated_at=self._now())
+        values = job_changes(changes, self._now())
+        values["state"] = new
         changed = update_where(
             Job, values, equal={"id": job_id}, one_of=("state", state_set(expected))
         )

@@ -11,7 +11,7 @@ shared by at least that many reports. Synchronous: these run on the DB thread.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
 import peewee as pw
@@ -57,6 +57,21 @@ def _finite(value: object) -> TypeGuard[float]:
     if isinstance(value, int):  # JSON integers have no bound; a float has
         return abs(value) < _MAX_INT
     return math.isfinite(value)
+
+
+def thinned_out(points: Sequence[tuple[int, int]]) -> list[int]:
+    """The ids to drop from an attempt's (id, step) points, in step order: all but the
+    first point of each 2^k-step interval and the newest."""
+    width = 1
+    while len({step // width for _, step in points}) > MAX_POINTS_PER_ATTEMPT // 2:
+        width *= 2
+    drop: list[int] = []
+    bucket = None
+    for point_id, step in points[:-1]:
+        if step // width == bucket:
+            drop.append(point_id)
+        bucket = step // width
+    return drop
 
 
 class MetricRepo:
@@ -128,15 +143,7 @@ class MetricRepo:
             .order_by(JobMetric.step)
         )
         points: list[tuple[int, int]] = [(int(i), int(s)) for i, s in query.tuples()]
-        width = 1
-        while len({step // width for _, step in points}) > MAX_POINTS_PER_ATTEMPT // 2:
-            width *= 2
-        drop: list[int] = []
-        bucket = None
-        for point_id, step in points[:-1]:
-            if step // width == bucket:
-                drop.append(point_id)
-            bucket = step // width
+        drop = thinned_out(points)
         for start in range(0, len(drop), _DELETE_CHUNK):
             chunk = drop[start : start + _DELETE_CHUNK]
             JobMetric.delete().where(JobMetric.id.in_(chunk)).execute()

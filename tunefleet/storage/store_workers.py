@@ -5,7 +5,7 @@ Tokens are stored only as hashes; the store never sees a clear token (callers ha
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import peewee as pw
@@ -24,7 +24,31 @@ from tunefleet.storage.rows import (
 from tunefleet.storage.statements import insert_row, update_each, update_where
 from tunefleet.storage.store_base import Now, checked_fields, state_set
 
-_WORKER_FIXED = ("id", "state", "created_at", "updated_at")
+# Columns only create and cas_state set.
+WORKER_FIXED = ("id", "state", "created_at", "updated_at")
+
+
+def new_worker_values(
+    worker_id: str, name: str, worker_type: str, state: str, fields: Mapping[str, Any], now: float
+) -> dict[str, Any]:
+    """A new worker's columns; `fields` must name settable columns."""
+    values = checked_fields(Worker, fields, forbidden=WORKER_FIXED)
+    values.update(
+        id=worker_id,
+        name=name,
+        worker_type=worker_type,
+        state=str(state),  # a row holds plain strings, not WorkerState members
+        created_at=now,
+        updated_at=now,
+    )
+    return values
+
+
+def worker_changes(fields: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """What an update or a compare-and-set writes besides the state: settable columns only."""
+    values = checked_fields(Worker, fields, forbidden=WORKER_FIXED)
+    values["updated_at"] = now
+    return values
 
 
 class HeartbeatColumns(Protocol):
@@ -52,18 +76,9 @@ class WorkerRepo:
         **fields: Any,
     ) -> WorkerRow:
         """Insert a worker (and its first token when `token_hash` is given)."""
-        values = checked_fields(Worker, fields, forbidden=_WORKER_FIXED)
+        values = new_worker_values(worker_id, name, worker_type, state, fields, self._now())
         if Worker.select().where(Worker.id == worker_id).exists():
             raise AlreadyExists(f"worker {worker_id} already exists")
-        now = self._now()
-        values.update(
-            id=worker_id,
-            name=name,
-            worker_type=worker_type,
-            state=str(state),  # a row holds plain strings, not WorkerState members
-            created_at=now,
-            updated_at=now,
-        )
         stored = insert_row(Worker, values)
         if token_hash is not None:
             self.set_token(worker_id, token_hash)
@@ -92,8 +107,7 @@ class WorkerRepo:
 
     def update(self, worker_id: str, **fields: Any) -> bool:
         """Set fields other than state (use cas_state); False when the worker is unknown."""
-        values = checked_fields(Worker, fields, forbidden=_WORKER_FIXED)
-        values["updated_at"] = self._now()
+        values = worker_changes(fields, self._now())
         return bool(update_where(Worker, values, equal={"id": worker_id}))
 
     def save_heartbeats(self, beats: Sequence[HeartbeatColumns]) -> int:
@@ -117,8 +131,8 @@ class WorkerRepo:
         self, worker_id: str, expected: str | Collection[str], new: str, **changes: Any
     ) -> bool:
         """Move to `new` only if the state is still `expected`; True when it happened."""
-        values = checked_fields(Worker, changes, forbidden=_WORKER_FIXED)
-        values.update(state=new, updated_at=self._now())
+        values = worker_changes(changes, self._now())
+        values["state"] = new
         changed = update_where(
             Worker, values, equal={"id": worker_id}, one_of=("state", state_set(expected))
         )
