@@ -252,6 +252,13 @@ class FleetHarness:
         await self.settle()
         return str(reply["job_id"])
 
+    async def running_job(self, **kwargs: Any) -> tuple[FakeAgent, str]:
+        """Worker "w1"'s agent, running the one job submitted (with `kwargs`)."""
+        agent = await self.agent("w1")
+        job_id = await self.submit(**kwargs)
+        await agent.report(job_id, "running")
+        return agent, job_id
+
     def job_actor(self, job_id: str) -> JobActor | None:
         return self.ctx.jobs.get(job_id)
 
@@ -384,6 +391,23 @@ class FakeAgent:
         await self.report(job_id, "starting")
         await self.report(job_id, "running", {"step": 1, "total": 1})
         await self.report(job_id, "completed", {"step": 1, "total": 1})
+
+    async def rejoin_and_run_pushed_job(self, job_id: str) -> None:
+        """After a restart, an agent that never got `job_id` registers holding nothing:
+        it is told neither to resume nor to abandon, gets the job pushed again on its new
+        stream, and runs it to completion on the job's first attempt."""
+        # The kit's asserts are not rewritten by pytest: each says what it saw.
+        reply = await self.register(current_job_id=None)
+        told = (reply["resume_job"], reply["abandon_job"])
+        assert told == (None, None), f"(resume_job, abandon_job) = {told}"
+        await self.connect(None)
+        await self.harness.settle()
+        pushed = self.submitted_jobs()
+        assert pushed == [job_id], f"pushed {pushed}, expected [{job_id!r}]"
+        await self.run_to_completion(job_id)
+        job = await self.harness.job(job_id)
+        ended = (job.state, job.attempts)
+        assert ended == ("completed", 1), f"(state, attempts) = {ended}"
 
     async def disconnect(self) -> None:
         self.close_stream()

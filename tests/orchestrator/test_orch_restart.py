@@ -102,14 +102,7 @@ async def test_a_dispatch_the_agent_never_acknowledged_is_pushed_again(
 
     after = await harness.restart(5.0, agent)
     assert await after.job_state(job_id) == "dispatched"
-    reply = await agent.register(current_job_id=None)
-    assert reply["resume_job"] is None and reply["abandon_job"] is None
-    await agent.connect(None)
-    await after.settle()
-    assert agent.submitted_jobs() == [job_id]
-    await agent.run_to_completion(job_id)
-    job = await after.job(job_id)
-    assert (job.state, job.attempts) == ("completed", 1)
+    await agent.rejoin_and_run_pushed_job(job_id)
 
 
 async def test_a_reconnecting_stream_gets_a_dispatch_pushed_again_after_a_restart(

@@ -146,23 +146,14 @@ async def test_a_job_stored_dispatched_survives_a_restart_before_its_worker_row_
 
     assert after.worker_state(agent.worker_id) == "busy"
     assert await after.job_state(job_id) == "dispatched"
-    reply = await agent.register(current_job_id=None)
-    assert reply["resume_job"] is None and reply["abandon_job"] is None
-    await agent.connect(None)
-    await after.settle()
-    assert agent.submitted_jobs() == [job_id]
-    await agent.run_to_completion(job_id)
-    job = await after.job(job_id)
-    assert (job.state, job.attempts) == ("completed", 1)
+    await agent.rejoin_and_run_pushed_job(job_id)
     assert await after.timeline_kinds(job_id) == ["submitted", "dispatched", "started", "completed"]
 
 
 async def test_a_final_report_with_numbers_stores_its_point_in_the_end_commit(
     harness: FleetHarness,
 ) -> None:
-    agent = await harness.agent("w1")
-    job_id = await harness.submit()
-    await agent.report(job_id, "running")
+    agent, job_id = await harness.running_job()
     before = harness.db.stats.writes
     await agent.report(job_id, "completed", {"step": 3, "total": 3, "loss": 0.25})
     # The job's end with its last metric point, then the worker's own row.
@@ -175,9 +166,7 @@ async def test_a_final_report_with_numbers_stores_its_point_in_the_end_commit(
 async def test_an_agent_that_stops_a_job_on_its_own_still_keeps_its_last_numbers(
     harness: FleetHarness,
 ) -> None:
-    agent = await harness.agent("w1")
-    job_id = await harness.submit()
-    await agent.report(job_id, "running")
+    agent, job_id = await harness.running_job()
     await agent.report(job_id, "cancelled", {"step": 2, "loss": 0.5})  # not asked to stop
     assert await harness.job_state(job_id) in ("pending", "dispatched")  # back in the queue
     points = await harness.store.read_metrics(job_id)

@@ -212,9 +212,7 @@ async def test_an_ephemeral_worker_that_comes_back_within_the_hour_is_kept(
 async def test_a_cancel_the_worker_never_confirms_ends_at_the_grace_period(
     harness: FleetHarness,
 ) -> None:
-    agent = await harness.agent("w1")
-    job_id = await harness.submit()
-    await agent.report(job_id, "running")
+    agent, job_id = await harness.running_job()
     reply = await harness.fleet.cancel(job_id, actor="alice")
     assert reply["status"] == "cancelling"
     await harness.settle()
@@ -237,9 +235,7 @@ async def test_a_cancel_the_worker_never_confirms_ends_at_the_grace_period(
 
 
 async def test_a_confirmed_cancel_ends_the_job_cancelled(harness: FleetHarness) -> None:
-    agent = await harness.agent("w1")
-    job_id = await harness.submit()
-    await agent.report(job_id, "running")
+    agent, job_id = await harness.running_job()
     await harness.fleet.cancel(job_id, actor="alice")
     await harness.settle()
     await agent.report(job_id, "cancelled", error="stopped by request")
@@ -271,9 +267,7 @@ async def test_a_job_past_its_timeout_is_stopped_and_fails(harness: FleetHarness
 async def test_a_timed_out_job_whose_worker_never_confirms_fails_at_the_grace(
     harness: FleetHarness,
 ) -> None:
-    agent = await harness.agent("w1")
-    job_id = await harness.submit(timeout_minutes=0.5)
-    await agent.report(job_id, "running")
+    agent, job_id = await harness.running_job(timeout_minutes=0.5)
     await harness.advance(30)
     assert len(agent.received("job_cancel")) == 1
     await agent.heartbeat(job_id)
@@ -320,9 +314,7 @@ async def test_losing_the_worker_of_a_job_being_cancelled_ends_it_cancelled(
 async def test_a_job_cancelled_while_running_stays_cancelled_when_its_timeout_passes(
     harness: FleetHarness,
 ) -> None:
-    agent = await harness.agent("w1")
-    job_id = await harness.submit(timeout_minutes=1)
-    await agent.report(job_id, "running")
+    agent, job_id = await harness.running_job(timeout_minutes=1)
     await harness.advance(30)
     await harness.fleet.cancel(job_id, actor="alice")
     await harness.advance(30)  # the run timeout passes while the agent is stopping it
@@ -336,9 +328,7 @@ async def test_a_worker_that_registers_again_without_its_job_has_it_requeued(
     harness: FleetHarness,
 ) -> None:
     """The agent restarted between two heartbeats and lost its process."""
-    agent = await harness.agent("w1")
-    job_id = await harness.submit()
-    await agent.report(job_id, "running")
+    agent, job_id = await harness.running_job()
     reply = await agent.register(current_job_id=None)
     assert reply["resume_job"] is None and reply["abandon_job"] is None
     await agent.connect(agent.last_event_id)

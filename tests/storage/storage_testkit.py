@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
 import peewee as pw
 import psycopg2
 
+from tunefleet.storage.store import Store
 from tunefleet.storage.urls import build_peewee_database, parse_database_url
 
 # The shared test server: trust auth, so no password.
@@ -34,3 +36,15 @@ class DbTarget:
     def raw(self) -> pw.Database:
         """A peewee database for this target on the calling thread (to build fixtures)."""
         return build_peewee_database(parse_database_url(self.url, self.data_dir))
+
+
+async def race_to_dispatch(store: Store, job_id: str, racers: int) -> list[bool]:
+    """`racers` concurrent compare-and-sets of pending job `job_id` to dispatched, the
+    i-th naming worker w_i: what each got back, in racer order."""
+    results = await asyncio.gather(
+        *(
+            store.cas_job_state(job_id, "pending", "dispatched", worker_id=f"w_{i}")
+            for i in range(racers)
+        )
+    )
+    return list(results)

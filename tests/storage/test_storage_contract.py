@@ -12,7 +12,6 @@ added to one cannot be missing from the other.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from typing import Any
 
 import peewee as pw
 import pytest
+from storage_testkit import race_to_dispatch
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists, DatabaseClosed
@@ -131,12 +131,7 @@ async def test_fields_are_checked_as_the_models_say(store: Store) -> None:
 
 async def test_compare_and_set_moves_only_from_the_expected_state(store: Store) -> None:
     await store.create_job("j_1", config={})
-    results = await asyncio.gather(
-        *(
-            store.cas_job_state("j_1", "pending", "dispatched", worker_id=f"w_{i}")
-            for i in range(20)
-        )
-    )
+    results = await race_to_dispatch(store, "j_1", 20)
     assert results.count(True) == 1
     assert not await store.cas_job_state("j_missing", "pending", "dispatched")
     await store.create_worker("w_1", name="a", worker_type="persistent")

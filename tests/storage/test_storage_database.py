@@ -440,12 +440,7 @@ async def test_a_lone_write_runs_without_a_savepoint_a_group_with_one_each(
         await db.read(lambda: database_proxy.connection().set_trace_callback(statements.append))
         await db.write(_insert_worker("w_alone"))
         assert not [s for s in statements if "SAVEPOINT" in s]
-        gate, held = await _hold_thread(db)
-        writes = [asyncio.create_task(db.write(_insert_worker(f"w_{i}"))) for i in range(2)]
-        await _queued(db, 2)
-        gate.release.set()
-        await held
-        await asyncio.gather(*writes)
+        await _make_concurrent(db)
         assert [s for s in statements if s.startswith("SAVEPOINT")] == [
             "SAVEPOINT w0",
             "SAVEPOINT w1",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import peewee as pw
 import pytest
-from storage_testkit import DbTarget
+from storage_testkit import DbTarget, race_to_dispatch
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists
@@ -121,12 +121,7 @@ async def test_cas_job_state_refuses_a_stale_expectation(store: Store) -> None:
 
 async def test_many_concurrent_cas_attempts_have_exactly_one_winner(store: Store) -> None:
     await store.create_job("j_1", config={})
-    results = await asyncio.gather(
-        *(
-            store.cas_job_state("j_1", "pending", "dispatched", worker_id=f"w_{i}")
-            for i in range(50)
-        )
-    )
+    results = await race_to_dispatch(store, "j_1", 50)
     assert results.count(True) == 1
     job = await store.get_job("j_1")
     assert job is not None and job.worker_id == f"w_{results.index(True)}"
