@@ -5,6 +5,7 @@ end's commit too. Counted in writes, never timed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import peewee as pw
@@ -12,6 +13,8 @@ import pytest
 from orchestrator_testkit import FleetHarness, Storage, job_record
 
 from tunefleet.actors import messages as m
+from tunefleet.actors.events import HubEvent
+from tunefleet.actors.runtime import Actor
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -61,6 +64,46 @@ async def test_a_job_a_free_worker_fits_is_stored_dispatched_in_one_write(
     await agent.run_to_completion(job_id)
     assert await harness.job_state(job_id) == "completed"
     assert harness.worker_state(agent.worker_id) == "idle"
+
+
+async def test_a_placed_submission_is_answered_from_what_it_stored_without_asking_the_job(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer (and the UI's job event) is the dispatch just committed: no Snapshot
+    ask to the new job actor, no queue questions to the scheduler."""
+    agent = await harness.agent("w1")
+    asked: list[str] = []
+    ask = Actor.ask
+
+    async def counting_ask(self: Actor, message: object, timeout_s: float = 5.0) -> object:
+        asked.append(type(message).__name__)
+        return await ask(self, message, timeout_s)
+
+    monkeypatch.setattr(Actor, "ask", counting_ask)
+    with harness.ctx.hub.subscribe(frozenset({"job"})) as events:
+        reply = await harness.fleet.submit(job_record(), actor="tester")
+        published = events.queue.get_nowait()
+    assert asked == ["PlaceNewJob", "ReserveForJob"]
+    assert reply == {
+        "success": True,
+        "job_id": reply["job_id"],
+        "status": "dispatched",
+        "allocated_worker_id": agent.worker_id,
+        "queue_position": None,
+        "reason": None,
+        "error": None,
+    }
+    assert published.data["job_id"] == reply["job_id"]
+    assert {e.data["status"] for e in [published, *_drain(events.queue)]} == {"dispatched"}
+    await harness.settle()
+    assert await harness.job_state(str(reply["job_id"])) == "dispatched"
+
+
+def _drain(queue: asyncio.Queue[HubEvent]) -> list[HubEvent]:
+    events = []
+    while not queue.empty():
+        events.append(queue.get_nowait())
+    return events
 
 
 async def test_a_job_no_free_worker_fits_is_queued_then_dispatched_in_a_write_of_its_own(

@@ -347,6 +347,10 @@ class Fleet:
             # Shielded: a caller gone mid-commit must not leave the job stored and
             # its worker reserved with nobody to push it.
             await asyncio.shield(self._submit_placed(job, worker, event))
+            # What this submission stored is the answer: no ask to the job (it may be
+            # busy with its worker's first report already) nor to the scheduler.
+            self.ctx.hub.publish("job", job_id=rec.job_id, status=JobState.DISPATCHED)
+            return _submitted(rec.job_id, JobState.DISPATCHED, worker.worker_id, None, None)
         else:
             rec.seq, stored = await self.ctx.persistence.create_job(rec, event)
             self._adopt_job(job)
@@ -362,15 +366,9 @@ class Fleet:
         )
         position = await self.position(rec.job_id)
         self.ctx.hub.publish("job", job_id=rec.job_id, status=snapshot["state"])
-        return {
-            "success": True,
-            "job_id": rec.job_id,
-            "status": str(snapshot["state"]),
-            "allocated_worker_id": snapshot.get("worker_id"),
-            "queue_position": position["position"],
-            "reason": reason,
-            "error": None,
-        }
+        return _submitted(
+            rec.job_id, snapshot["state"], snapshot.get("worker_id"), position["position"], reason
+        )
 
     async def _reserve_for_new_job(self, job: JobActor) -> WorkerActor | None:
         """An idle worker reserved for a job not yet stored, when one fits and no older
@@ -447,3 +445,18 @@ class Fleet:
             "avg_wait_seconds": await self.ctx.persistence.average_wait_s(),
             "workers": {"total": len(self.ctx.workers), **workers},
         }
+
+
+def _submitted(
+    job_id: str, state: str, worker_id: str | None, position: int | None, reason: str | None
+) -> dict[str, Any]:
+    """The answer to a submission (the seed document's fields)."""
+    return {
+        "success": True,
+        "job_id": job_id,
+        "status": str(state),
+        "allocated_worker_id": worker_id,
+        "queue_position": position,
+        "reason": reason,
+        "error": None,
+    }
