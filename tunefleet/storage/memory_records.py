@@ -63,9 +63,7 @@ class MemoryAuditRepo(AuditRepo):
         values = chained_values(
             prev_hash, when, kind, actor, client_address, target, outcome, detail
         )
-        event_id = values["id"] = self._t.next_id("audit_events")
-        row = events[event_id] = stored_row(AuditEventRow, AuditEvent, values)
-        return fresh(row)
+        return fresh(self._t.insert("audit_events", AuditEventRow, AuditEvent, values))
 
     def find(
         self,
@@ -118,16 +116,8 @@ class MemoryMetricRepo(MetricRepo):
                 if canonical_json(point.values) == canonical_json(values):
                     return False
                 del points[point_id]  # replaced, with a new id (readers follow `since`)
-        point_id = self._t.next_id("job_metrics")
-        row = {
-            "id": point_id,
-            "job": job_id,
-            "attempt": attempt,
-            "step": step,
-            "at": at,
-            "values": dict(values),
-        }
-        points[point_id] = stored_row(JobMetricRow, JobMetric, row)
+        row = {"job": job_id, "attempt": attempt, "step": step, "at": at, "values": dict(values)}
+        self._t.insert("job_metrics", JobMetricRow, JobMetric, row)
         if self.count(job_id, attempt) > MAX_POINTS_PER_ATTEMPT:
             self._thin(job_id, attempt)
         return True
@@ -170,15 +160,13 @@ class MemoryArtifactRepo(ArtifactRepo):
         tokens = self._t.upload_tokens
         if any(t.token_hash == token_hash for t in tokens.values()):
             raise AlreadyExists("this upload token hash is already in use")
-        token_id = self._t.next_id("upload_tokens")
         values = {
-            "id": token_id,
             "job": job_id,
             "attempt": attempt,
             "token_hash": token_hash,
             "created_at": self._now(),
         }
-        tokens[token_id] = stored_row(UploadTokenRow, UploadToken, values)
+        self._t.insert("upload_tokens", UploadTokenRow, UploadToken, values)
 
     def token_scope(self, token_hash: str) -> TokenScope | None:
         for token in self._t.upload_tokens.values():
@@ -194,9 +182,7 @@ class MemoryArtifactRepo(ArtifactRepo):
     ) -> ArtifactRow:
         self._job(job_id, "artifact")
         self._drop(self._t.artifacts, lambda a: a.job_id == job_id and a.key == key)
-        artifact_id = self._t.next_id("artifacts")
         values = {
-            "id": artifact_id,
             "job": job_id,
             "key": key,
             "size": size,
@@ -204,8 +190,7 @@ class MemoryArtifactRepo(ArtifactRepo):
             "attempt": attempt,
             "created_at": self._now(),
         }
-        row = self._t.artifacts[artifact_id] = stored_row(ArtifactRow, Artifact, values)
-        return fresh(row)
+        return fresh(self._t.insert("artifacts", ArtifactRow, Artifact, values))
 
     def get(self, job_id: str, key: str) -> ArtifactRow | None:
         for row in self._t.artifacts.values():
@@ -231,9 +216,7 @@ class MemoryArtifactRepo(ArtifactRepo):
     ) -> CheckpointRow:
         self._job(job_id, "checkpoint")
         self._drop(self._t.checkpoints, lambda c: c.job_id == job_id and c.name == name)
-        checkpoint_id = self._t.next_id("checkpoints")
         values = {
-            "id": checkpoint_id,
             "job": job_id,
             "name": name,
             "step": step,
@@ -241,8 +224,7 @@ class MemoryArtifactRepo(ArtifactRepo):
             "bytes": size,
             "created_at": self._now(),
         }
-        row = self._t.checkpoints[checkpoint_id] = stored_row(CheckpointRow, Checkpoint, values)
-        return fresh(row)
+        return fresh(self._t.insert("checkpoints", CheckpointRow, Checkpoint, values))
 
     def checkpoints(self, job_id: str) -> list[CheckpointRow]:
         found = [c for c in self._t.checkpoints.values() if c.job_id == job_id]

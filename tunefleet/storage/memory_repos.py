@@ -146,9 +146,8 @@ class MemoryWorkerRepo(WorkerRepo):
                 tokens[token_id] = changed_row(token, WorkerToken, {"revoked_at": now})
         if any(t.token_hash == token_hash for t in tokens.values()):
             raise AlreadyExists("this worker token hash is already in use")
-        token_id = self._t.next_id("worker_tokens")
-        values = {"id": token_id, "worker": worker_id, "token_hash": token_hash, "created_at": now}
-        tokens[token_id] = stored_row(WorkerTokenRow, WorkerToken, values)
+        values = {"worker": worker_id, "token_hash": token_hash, "created_at": now}
+        self._t.insert("worker_tokens", WorkerTokenRow, WorkerToken, values)
         return True
 
     def by_token_hash(self, token_hash: str) -> WorkerRow | None:
@@ -183,16 +182,13 @@ class MemoryApiTokenRepo(ApiTokenRepo):
     def create(self, *, name: str, token_hash: str, permissions: Sequence[str]) -> ApiTokenRow:
         if any(t.token_hash == token_hash for t in self._t.api_tokens.values()):
             raise AlreadyExists("this API token hash is already in use")
-        token_id = self._t.next_id("api_tokens")
         values = {
-            "id": token_id,
             "name": name,
             "token_hash": token_hash,
             "permissions": list(permissions),
             "created_at": self._now(),
         }
-        row = self._t.api_tokens[token_id] = stored_row(ApiTokenRow, ApiToken, values)
-        return fresh(row)
+        return fresh(self._t.insert("api_tokens", ApiTokenRow, ApiToken, values))
 
     def by_hash(self, token_hash: str) -> ApiTokenRow | None:
         for token in self._t.api_tokens.values():
@@ -375,9 +371,7 @@ class MemoryJobRepo(JobRepo):
     ) -> JobEventRow:
         if job_id not in self._t.jobs:
             raise foreign_key_failed("job_event")
-        event_id = self._t.next_id("job_events")
         values = {
-            "id": event_id,
             "job": job_id,
             "kind": kind,
             "worker_id": worker_id,
@@ -385,8 +379,7 @@ class MemoryJobRepo(JobRepo):
             "detail": detail or {},
             "at": self._now() if at is None else at,
         }
-        row = self._t.job_events[event_id] = stored_row(JobEventRow, JobEvent, values)
-        return fresh(row)
+        return fresh(self._t.insert("job_events", JobEventRow, JobEvent, values))
 
     def events(self, job_id: str, *, after_id: int = 0, limit: int = MAX_PAGE) -> list[JobEventRow]:
         limit, _ = page(limit, 0)
@@ -405,9 +398,7 @@ class MemoryJobRepo(JobRepo):
             if (attempt, line.seq) in have:
                 continue  # the unique (job, attempt, seq) index: a retried batch is harmless
             have.add((attempt, line.seq))
-            log_id = self._t.next_id("job_logs")
             values = {
-                "id": log_id,
                 "job": job_id,
                 "attempt": attempt,
                 "seq": line.seq,
@@ -415,7 +406,7 @@ class MemoryJobRepo(JobRepo):
                 "line": line.line,
                 "at": line.at,
             }
-            logs[log_id] = stored_row(JobLogRow, JobLog, values)
+            self._t.insert("job_logs", JobLogRow, JobLog, values)
             added += 1
         return added
 

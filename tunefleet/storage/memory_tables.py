@@ -60,6 +60,15 @@ class Tables:
         self.last_ids[table] = self.last_ids.get(table, 0) + 1
         return self.last_ids[table]
 
+    def insert(
+        self, table: str, cls: type[R], model: type[pw.Model], values: Mapping[str, Any]
+    ) -> R:
+        """An INSERT into auto-numbered `table` (a field's name): `values` stored under
+        the table's next id, as stored_row says; returns the stored row."""
+        row_id = self.next_id(table)
+        row = getattr(self, table)[row_id] = stored_row(cls, model, {**values, "id": row_id})
+        return row
+
     def snapshot(self) -> Tables:
         return Tables(**{f.name: dict(getattr(self, f.name)) for f in fields(self)})
 
