@@ -38,6 +38,16 @@ class DbTarget:
         return build_peewee_database(parse_database_url(self.url, self.data_dir))
 
 
+@dataclass(frozen=True)
+class Line:
+    """A log line as append_logs reads one (store_jobs.LogLineLike)."""
+
+    seq: int
+    stream: str
+    line: str
+    at: float
+
+
 async def race_to_dispatch(store: Store, job_id: str, racers: int) -> list[bool]:
     """`racers` concurrent compare-and-sets of pending job `job_id` to dispatched, the
     i-th naming worker w_i: what each got back, in racer order."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import peewee as pw
 import pytest
-from storage_testkit import race_to_dispatch
+from storage_testkit import Line, race_to_dispatch
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists, DatabaseClosed
@@ -43,14 +43,6 @@ TWINS = [
     (MetricRepo, MemoryMetricRepo),
     (ArtifactRepo, MemoryArtifactRepo),
 ]
-
-
-@dataclass(frozen=True)
-class Line:
-    seq: int
-    stream: str
-    line: str
-    at: float
 
 
 @dataclass

@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import peewee as pw
 import pytest
-from storage_testkit import DbTarget, race_to_dispatch
+from storage_testkit import DbTarget, Line, race_to_dispatch
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.store import Repos, Store
-
-
-@dataclass(frozen=True)
-class Line:
-    seq: int
-    stream: str
-    line: str
-    at: float
 
 
 def _lines(first: int, count: int, stream: str = "stdout") -> list[Line]:
