@@ -26,6 +26,9 @@ from tunefleet.storage.store_artifacts import (
     MultipartRow,
     TokenScope,
     UploadTokenRow,
+    artifact_values,
+    checkpoint_values,
+    multipart_values,
 )
 from tunefleet.storage.store_audit import (
     GENESIS_HASH,
@@ -182,14 +185,7 @@ class MemoryArtifactRepo(ArtifactRepo):
     ) -> ArtifactRow:
         self._job(job_id, "artifact")
         self._drop(self._t.artifacts, lambda a: a.job_id == job_id and a.key == key)
-        values = {
-            "job": job_id,
-            "key": key,
-            "size": size,
-            "sha256": sha256,
-            "attempt": attempt,
-            "created_at": self._now(),
-        }
+        values = artifact_values(job_id, key, size, sha256, attempt, self._now())
         return fresh(self._t.insert("artifacts", ArtifactRow, Artifact, values))
 
     def get(self, job_id: str, key: str) -> ArtifactRow | None:
@@ -216,14 +212,7 @@ class MemoryArtifactRepo(ArtifactRepo):
     ) -> CheckpointRow:
         self._job(job_id, "checkpoint")
         self._drop(self._t.checkpoints, lambda c: c.job_id == job_id and c.name == name)
-        values = {
-            "job": job_id,
-            "name": name,
-            "step": step,
-            "attempt": attempt,
-            "bytes": size,
-            "created_at": self._now(),
-        }
+        values = checkpoint_values(job_id, name, step, attempt, size, self._now())
         return fresh(self._t.insert("checkpoints", CheckpointRow, Checkpoint, values))
 
     def checkpoints(self, job_id: str) -> list[CheckpointRow]:
@@ -251,14 +240,7 @@ class MemoryArtifactRepo(ArtifactRepo):
         self._job(job_id, "multipart_upload")
         if upload_id in self._t.multiparts:
             raise AlreadyExists(f"multipart upload {upload_id} already exists")
-        values = {
-            "id": upload_id,
-            "job": job_id,
-            "key": key,
-            "attempt": attempt,
-            "backend_id": backend_id,
-            "created_at": self._now(),
-        }
+        values = multipart_values(upload_id, job_id, key, attempt, backend_id, self._now())
         self._t.multiparts[upload_id] = stored_row(MultipartRow, MultipartUpload, values)
 
     def multipart(self, upload_id: str) -> MultipartRow | None:

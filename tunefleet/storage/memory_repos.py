@@ -43,7 +43,10 @@ from tunefleet.storage.store_jobs import (
     JobOrder,
     JobRepo,
     LogLineLike,
+    attempt_values,
+    event_values,
     job_changes,
+    log_values,
     new_job_values,
 )
 from tunefleet.storage.store_workers import (
@@ -315,12 +318,10 @@ class MemoryJobRepo(JobRepo):
             raise foreign_key_failed("job_attempt")
         if (job_id, number) in self._t.attempts:
             raise AlreadyExists(f"job {job_id} attempt {number} already exists")
+        when = self._now() if dispatched_at is None else dispatched_at
         values = {
+            **attempt_values(job_id, number, worker_id, when),
             "id": self._t.next_id("attempts"),
-            "job": job_id,
-            "number": number,
-            "worker_id": worker_id,
-            "dispatched_at": self._now() if dispatched_at is None else dispatched_at,
         }
         row = self._t.attempts[(job_id, number)] = stored_row(JobAttemptRow, JobAttempt, values)
         return fresh(row)
@@ -371,14 +372,8 @@ class MemoryJobRepo(JobRepo):
     ) -> JobEventRow:
         if job_id not in self._t.jobs:
             raise foreign_key_failed("job_event")
-        values = {
-            "job": job_id,
-            "kind": kind,
-            "worker_id": worker_id,
-            "attempt": attempt,
-            "detail": detail or {},
-            "at": self._now() if at is None else at,
-        }
+        when = self._now() if at is None else at
+        values = event_values(job_id, kind, worker_id, attempt, detail, when)
         return fresh(self._t.insert("job_events", JobEventRow, JobEvent, values))
 
     def events(self, job_id: str, *, after_id: int = 0, limit: int = MAX_PAGE) -> list[JobEventRow]:
@@ -398,15 +393,7 @@ class MemoryJobRepo(JobRepo):
             if (attempt, line.seq) in have:
                 continue  # the unique (job, attempt, seq) index: a retried batch is harmless
             have.add((attempt, line.seq))
-            values = {
-                "job": job_id,
-                "attempt": attempt,
-                "seq": line.seq,
-                "stream": line.stream,
-                "line": line.line,
-                "at": line.at,
-            }
-            self._t.insert("job_logs", JobLogRow, JobLog, values)
+            self._t.insert("job_logs", JobLogRow, JobLog, log_values(job_id, attempt, line))
             added += 1
         return added
 

@@ -76,6 +76,47 @@ class TokenScope:
     job_attempts: int
 
 
+# The columns each insert stores (but an auto-numbered id), built here for the SQL
+# repository and its in-memory twin (storage/memory_records.py) alike.
+def artifact_values(
+    job_id: str, key: str, size: int, sha256: str | None, attempt: int, now: float
+) -> dict[str, Any]:
+    return {
+        "job": job_id,
+        "key": key,
+        "size": size,
+        "sha256": sha256,
+        "attempt": attempt,
+        "created_at": now,
+    }
+
+
+def checkpoint_values(
+    job_id: str, name: str, step: int, attempt: int, size: int, now: float
+) -> dict[str, Any]:
+    return {
+        "job": job_id,
+        "name": name,
+        "step": step,
+        "attempt": attempt,
+        "bytes": size,
+        "created_at": now,
+    }
+
+
+def multipart_values(
+    upload_id: str, job_id: str, key: str, attempt: int, backend_id: str | None, now: float
+) -> dict[str, Any]:
+    return {
+        "id": upload_id,
+        "job": job_id,
+        "key": key,
+        "attempt": attempt,
+        "backend_id": backend_id,
+        "created_at": now,
+    }
+
+
 class ArtifactRepo:
     def __init__(self, now: Now) -> None:
         self._now = now
@@ -106,14 +147,7 @@ class ArtifactRepo:
     ) -> ArtifactRow:
         """Record an object (replacing the record of an earlier upload of the same key)."""
         Artifact.delete().where(Artifact.job == job_id, Artifact.key == key).execute()
-        values = {
-            "job": job_id,
-            "key": key,
-            "size": size,
-            "sha256": sha256,
-            "attempt": attempt,
-            "created_at": self._now(),
-        }
+        values = artifact_values(job_id, key, size, sha256, attempt, self._now())
         return inserted(ArtifactRow, Artifact, insert_row(Artifact, values))
 
     def get(self, job_id: str, key: str) -> ArtifactRow | None:
@@ -133,14 +167,7 @@ class ArtifactRepo:
         self, job_id: str, name: str, step: int, attempt: int, size: int
     ) -> CheckpointRow:
         Checkpoint.delete().where(Checkpoint.job == job_id, Checkpoint.name == name).execute()
-        values = {
-            "job": job_id,
-            "name": name,
-            "step": step,
-            "attempt": attempt,
-            "bytes": size,
-            "created_at": self._now(),
-        }
+        values = checkpoint_values(job_id, name, step, attempt, size, self._now())
         return inserted(CheckpointRow, Checkpoint, insert_row(Checkpoint, values))
 
     def checkpoints(self, job_id: str) -> list[CheckpointRow]:
@@ -166,14 +193,7 @@ class ArtifactRepo:
     def add_multipart(
         self, upload_id: str, job_id: str, key: str, attempt: int, backend_id: str | None
     ) -> None:
-        values = {
-            "id": upload_id,
-            "job": job_id,
-            "key": key,
-            "attempt": attempt,
-            "backend_id": backend_id,
-            "created_at": self._now(),
-        }
+        values = multipart_values(upload_id, job_id, key, attempt, backend_id, self._now())
         insert_row(MultipartUpload, values)
 
     def multipart(self, upload_id: str) -> MultipartRow | None:

@@ -71,6 +71,45 @@ def job_changes(fields: Mapping[str, Any], now: float) -> dict[str, Any]:
     return values
 
 
+# The columns each insert stores (but an auto-numbered id), built here for the SQL
+# repository and its in-memory twin (storage/memory_repos.py) alike.
+def attempt_values(
+    job_id: str, number: int, worker_id: str | None, dispatched_at: float
+) -> dict[str, Any]:
+    return {"job": job_id, "number": number, "worker_id": worker_id, "dispatched_at": dispatched_at}
+
+
+def event_values(
+    job_id: str,
+    kind: str,
+    worker_id: str | None,
+    attempt: int | None,
+    detail: dict[str, Any] | None,
+    at: float,
+) -> dict[str, Any]:
+    """A timeline event's columns but its id (no detail is stored as {})."""
+    return {
+        "job": job_id,
+        "kind": kind,
+        "worker_id": worker_id,
+        "attempt": attempt,
+        "detail": detail or {},
+        "at": at,
+    }
+
+
+def log_values(job_id: str, attempt: int, line: LogLineLike) -> dict[str, Any]:
+    """A stored log line's columns but its id."""
+    return {
+        "job": job_id,
+        "attempt": attempt,
+        "seq": line.seq,
+        "stream": line.stream,
+        "line": line.line,
+        "at": line.at,
+    }
+
+
 class JobRepo:
     def __init__(self, now: Now) -> None:
         self._now = now
@@ -185,12 +224,8 @@ class JobRepo:
 
         An unknown job is a foreign-key IntegrityError (a caller bug, not a user error).
         """
-        values = {
-            "job": job_id,
-            "number": number,
-            "worker_id": worker_id,
-            "dispatched_at": self._now() if dispatched_at is None else dispatched_at,
-        }
+        when = self._now() if dispatched_at is None else dispatched_at
+        values = attempt_values(job_id, number, worker_id, when)
         try:
             with database_proxy.atomic():  # a savepoint: PostgreSQL survives the conflict
                 stored = insert_row(JobAttempt, values)
@@ -249,14 +284,8 @@ class JobRepo:
         detail: dict[str, Any] | None = None,
         at: float | None = None,
     ) -> JobEventRow:
-        values = {
-            "job": job_id,
-            "kind": kind,
-            "worker_id": worker_id,
-            "attempt": attempt,
-            "detail": detail or {},
-            "at": self._now() if at is None else at,
-        }
+        when = self._now() if at is None else at
+        values = event_values(job_id, kind, worker_id, attempt, detail, when)
         return inserted(JobEventRow, JobEvent, insert_row(JobEvent, values))
 
     def events(self, job_id: str, *, after_id: int = 0, limit: int = MAX_PAGE) -> list[JobEventRow]:
@@ -277,17 +306,7 @@ class JobRepo:
 
         Returns how many were new, so a retried batch is harmless.
         """
-        rows = [
-            {
-                "job": job_id,
-                "attempt": attempt,
-                "seq": line.seq,
-                "stream": line.stream,
-                "line": line.line,
-                "at": line.at,
-            }
-            for line in lines
-        ]
+        rows = [log_values(job_id, attempt, line) for line in lines]
         inserted = 0
         for start in range(0, len(rows), _LOG_CHUNK):
             query = JobLog.insert_many(rows[start : start + _LOG_CHUNK]).on_conflict_ignore()
