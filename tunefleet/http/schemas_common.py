@@ -37,6 +37,7 @@ from tunefleet.protocol.fields import (
     VersionText,
     WorkerType,
     json_object_limit,
+    scalars_as_text,
     truncating,
 )
 
@@ -67,6 +68,7 @@ __all__ = [
     "WorkerStatus",
     "WorkerType",
     "json_object_limit",
+    "scalars_as_text",
     "truncating",
 ]
 

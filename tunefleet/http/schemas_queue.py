@@ -23,6 +23,7 @@ from tunefleet.http.schemas_common import (
     StrictRequestModel,
     SuccessResponse,
     Target,
+    scalars_as_text,
 )
 
 MAX_PAGE = 500
@@ -76,19 +77,6 @@ CommandLine = Annotated[
 ]
 
 
-def _env_in(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: str(v).lower()
-            if isinstance(v, bool)
-            else str(v)
-            if isinstance(v, int | float)
-            else v
-            for k, v in value.items()
-        }
-    return value
-
-
 def _check_env(env: dict[str, str]) -> dict[str, str]:
     if len(env) > MAX_ENV_VARS:
         raise ValueError(f"at most {MAX_ENV_VARS} variables")
@@ -107,7 +95,7 @@ EnvVars = Annotated[
         Annotated[str, Field(min_length=1, max_length=128)],
         Annotated[str, Field(max_length=MAX_ENV_VALUE)],
     ],
-    BeforeValidator(_env_in),
+    BeforeValidator(scalars_as_text),
     AfterValidator(_check_env),
 ]
 

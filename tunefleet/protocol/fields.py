@@ -123,7 +123,9 @@ VersionText = Annotated[
 # --- labels ----------------------------------------------------------------------------
 
 
-def _labels_in(value: Any) -> Any:
+def scalars_as_text(value: Any) -> Any:
+    """A JSON object's booleans and numbers as the text a label or an environment
+    variable holds (true → "true", 2 → "2"); anything else is left to the validators."""
     if isinstance(value, dict):
         return {
             k: _scalar_to_str(v) if not isinstance(v, bool) else str(v).lower()
@@ -156,7 +158,7 @@ Labels = Annotated[
         Annotated[str, Field(min_length=1, max_length=MAX_LABEL_KEY)],
         Annotated[str, Field(max_length=MAX_LABEL_VALUE)],
     ],
-    BeforeValidator(_labels_in),
+    BeforeValidator(scalars_as_text),
     AfterValidator(_check_labels),
 ]
 # A job's label requirements: the same shape; each value is a glob ("a100*").
