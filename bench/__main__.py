@@ -28,6 +28,7 @@ BENCHMARKS: tuple[str, ...] = (
     "scheduler_plan",
     "domain_actor_cost",
     "commit_path",
+    "cycle_cpu",
     "dispatch_latency",
     "throughput",
     "fleet_size",

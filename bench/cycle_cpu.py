@@ -1,0 +1,160 @@
+"""CPU per job cycle in process: the actors, storage, audit and logging of `throughput`'s
+cycle without HTTP, so a saving of a few microseconds is not lost in the noise of a
+loaded machine's loopback and a second process.
+
+WORKERS idle workers (in-process streams) and as many submitters, closed loop, on
+SQLite: submit, the job_submit read from the worker's stream, `running`, `completed`,
+the final report's answer written. Reports the process's CPU (every thread) and the
+event loop thread's own, per cycle. Run alone with `python -m bench.cycle_cpu`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import structlog
+
+from bench import Row, row
+from bench.fleet_common import pick
+from tunefleet.actors import messages as m
+from tunefleet.actors.build import build_fleet
+from tunefleet.actors.clock import RealClock
+from tunefleet.actors.context import FleetSettings
+from tunefleet.actors.fleet import Fleet
+from tunefleet.actors.records import JobRecord
+from tunefleet.audit import AuditLog
+from tunefleet.logging import configure_logging
+from tunefleet.storage.database import open_database
+from tunefleet.storage.store import Store
+
+WORKERS = 20
+SECONDS: float = pick(8.0, 3.0)
+WARMUP_S = 0.5
+
+
+def run() -> list[Row]:
+    # The server's own logging (INFO, console lines) to a file, as an operator runs it.
+    with (
+        tempfile.TemporaryDirectory() as data_dir,
+        (Path(data_dir) / "server.log").open("w", encoding="utf-8") as server_log,
+    ):
+        configure_logging("console", stream=server_log)
+        try:
+            return asyncio.run(_cycles(Path(data_dir), WORKERS, SECONDS))
+        finally:
+            logging.getLogger().handlers.clear()
+            structlog.reset_defaults()
+
+
+async def _cycles(data_dir: Path, workers: int, seconds: float) -> list[Row]:
+    clock = RealClock()
+    db = await open_database(None, data_dir)
+    store = Store(db, now=clock.time)
+    audit = AuditLog(store.append_audit, data_dir / "audit.jsonl", clock)
+    fleet = build_fleet(store, clock, FleetSettings(local_runner=False), audit)
+    await fleet.start()
+    try:
+        streams = [await _worker(fleet, n) for n in range(workers)]
+        counted = [0]
+        stop = time.perf_counter() + WARMUP_S + seconds
+        counting = asyncio.Event()
+        loops = [
+            asyncio.create_task(_submitter(fleet, name, wid, queue, stop, counting, counted))
+            for name, wid, queue in streams
+        ]
+        await asyncio.sleep(WARMUP_S)
+        counting.set()
+        cpu0, loop0, wall0 = time.process_time(), time.thread_time(), time.perf_counter()
+        await asyncio.gather(*loops)
+        cpu, loop_cpu = time.process_time() - cpu0, time.thread_time() - loop0
+        wall = time.perf_counter() - wall0
+    finally:
+        await fleet.stop()
+        await audit.close()
+        await db.close()
+    cycles = max(1, counted[0])
+    load = os.getloadavg()
+    note = f"{workers} workers and submitters, SQLite, no HTTP; load avg {load[0]:.1f}"
+    return [
+        row("cycle CPU, every thread", cpu / cycles * 1e6, "µs", None, note),
+        row("cycle CPU, event loop thread", loop_cpu / cycles * 1e6, "µs", None, note),
+        row("cycles/s in process", cycles / wall, "cycles/s", None, note),
+    ]
+
+
+async def _worker(fleet: Fleet, n: int) -> tuple[str, str, asyncio.Queue[object]]:
+    token_hash = hashlib.sha256(f"bench-{n}".encode()).hexdigest()
+    labels = {"bench": f"w{n}"}
+    made = await fleet.create_worker(f"w{n}", "persistent", labels, token_hash, actor="bench")
+    worker_id = str(made["worker_id"])
+    gpu = {"name": "Bench GPU", "vram_gb": 24.0, "count": 1, "accelerator": "cuda"}
+    register = m.Register(
+        name=f"w{n}",
+        gpu=gpu,
+        persistent=True,
+        agent_labels={},
+        current_job_id=None,
+        provider=None,
+        hostname="bench",
+        client_address="127.0.0.1",
+    )
+    await fleet.register(worker_id, register)
+    conn = await fleet.open_stream(worker_id, None)
+    return f"w{n}", worker_id, conn.queue  # type: ignore[return-value]
+
+
+async def _submitter(
+    fleet: Fleet,
+    name: str,
+    worker_id: str,
+    stream: asyncio.Queue[object],
+    stop: float,
+    counting: asyncio.Event,
+    counted: list[int],
+) -> None:
+    """One submitter paired with one worker: every job it submits fits only that worker."""
+    while time.perf_counter() < stop:
+        answer = await fleet.submit(_job(name), actor="bench")
+        job_id = str(answer["job_id"])
+        while (event := await stream.get()) is not None and getattr(event, "type", "") != (
+            "job_submit"
+        ):
+            pass
+        for word in ("running", "completed"):
+            await fleet.report_status(
+                worker_id, job_id, m.StatusReported(worker_id, word, None, None)
+            )
+        fleet.report_written(worker_id, job_id)
+        if counting.is_set():
+            counted[0] += 1
+
+
+def _job(name: str) -> JobRecord:
+    return JobRecord(
+        job_id="",
+        seq=0,
+        state="pending",
+        target="worker",
+        config={"max_train_steps": 1, "learning_rate": 1e-4, "model": "bench"},
+        config_name="bench",
+        name="bench",
+        command=None,
+        worker_labels={"bench": name},
+        gpu_count=1,
+        min_vram_gb=None,
+        gpu_name=None,
+        priority=0,
+        max_retries=3,
+        timeout_minutes=None,
+    )
+
+
+if __name__ == "__main__":
+    for line in run():
+        print(line)
