@@ -15,6 +15,7 @@ from orchestrator_testkit import FleetHarness, Storage, job_record
 from tunefleet.actors import messages as m
 from tunefleet.actors.events import HubEvent
 from tunefleet.actors.runtime import Actor
+from tunefleet.actors.worker_actor import WorkerActor
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -97,6 +98,33 @@ async def test_a_placed_submission_is_answered_from_what_it_stored_without_askin
     assert {e.data["status"] for e in [published, *_drain(events.queue)]} == {"dispatched"}
     await harness.settle()
     assert await harness.job_state(str(reply["job_id"])) == "dispatched"
+
+
+async def test_a_workers_snapshot_is_built_for_the_pages_only_while_one_listens(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job cycle publishes the worker's changes (reserved, released): the snapshot is
+    built then only when a subscriber takes worker events, and it reaches that one."""
+    agent = await harness.agent("w1")
+    built: list[str] = []
+    snapshot = WorkerActor.snapshot
+
+    def counting_snapshot(self: WorkerActor) -> dict[str, object]:
+        built.append(self.worker_id)
+        return snapshot(self)
+
+    monkeypatch.setattr(WorkerActor, "snapshot", counting_snapshot)
+    await agent.run_to_completion(await harness.submit())
+    await harness.settle()
+    assert built == []
+
+    with harness.ctx.hub.subscribe(frozenset({"worker"})) as events:
+        await agent.run_to_completion(await harness.submit())
+        await harness.settle()
+        published = _drain(events.queue)
+    assert built and set(built) == {agent.worker_id}
+    assert [e.data["worker"]["status"] for e in published][:1] == ["busy"]
+    assert published[-1].data["worker"]["status"] == "idle"
 
 
 def _drain(queue: asyncio.Queue[HubEvent]) -> list[HubEvent]:

@@ -48,6 +48,11 @@ class EventHub:
         self._seq = itertools.count(1)
         self._queue_size = queue_size
 
+    def wants(self, kind: str) -> bool:
+        """Whether an event of ``kind`` would reach anyone: publishers whose data costs
+        something to build (a worker's snapshot) skip it when no page is listening."""
+        return any(sub.kinds is None or kind in sub.kinds for sub in self._subscribers)
+
     def publish(self, kind: str, **data: Any) -> None:
         if not self._subscribers:
             return

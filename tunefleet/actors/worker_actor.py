@@ -285,8 +285,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
             job.tell(m.StatusReported(self.worker_id, m.HEARTBEAT_PROGRESS, msg.job_progress, None))
         self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
-        if self.ctx.hub.subscriber_count:  # live pages show GPU use and "last seen"
-            self.ctx.hub.publish("worker", worker=self.snapshot())
+        self._show()  # live pages show GPU use and "last seen"
         return True
 
     def _heartbeat_expired(self) -> None:
@@ -330,7 +329,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             return False
         WORKER_LIFECYCLE.fire(self, "assign")
         self.current_job_id = job_id
-        self.ctx.hub.publish("worker", worker=self.snapshot())
+        self._show()
         return True
 
     async def on_cancel_reservation(self, job_id: str) -> None:
@@ -367,7 +366,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if self.rec.worker_type == "ephemeral" and self.state == WorkerState.DRAINING:
             self.push(ShutdownEvent(reason="worker drained after its job"))
         if msg.hold_until_report_written:
-            self.ctx.hub.publish("worker", worker=self.snapshot())
+            self._show()
         else:
             await self._after_release()
 
@@ -451,6 +450,11 @@ class WorkerActor(WorkerFsmMixin, Actor):
             log.error("worker row out of step", worker_id=self.worker_id, state=self.state)
         self.saved_state = self.state
 
+    def _show(self) -> None:
+        """The worker's snapshot to the live pages, built only when one is listening."""
+        if self.ctx.hub.wants("worker"):
+            self.ctx.hub.publish("worker", worker=self.snapshot())
+
     def _announce(self) -> None:
         """Tell the scheduler whether this worker can take a job now, and the pages.
 
@@ -462,4 +466,4 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 self.worker_id, self.view() if known else None, schedulable=self.schedulable
             )
         )
-        self.ctx.hub.publish("worker", worker=self.snapshot())
+        self._show()
