@@ -36,6 +36,7 @@ from tunefleet.storage.store_audit import (
     ChainCheck,
     chained_values,
     check_rows,
+    hashed_fields,
 )
 from tunefleet.storage.store_base import Now, page
 from tunefleet.storage.store_metrics import MAX_POINTS_PER_ATTEMPT, MetricRepo, thinned_out
@@ -63,9 +64,8 @@ class MemoryAuditRepo(AuditRepo):
         when = self._now() if at is None else at
         events = self._t.audit_events
         prev_hash = next(reversed(events.values())).hash if events else GENESIS_HASH
-        values = chained_values(
-            prev_hash, when, kind, actor, client_address, target, outcome, detail
-        )
+        event = hashed_fields(when, kind, actor, client_address, target, outcome, detail)
+        values = chained_values(prev_hash, event)
         return fresh(self._t.insert("audit_events", AuditEventRow, AuditEvent, values))
 
     def find(

@@ -35,8 +35,9 @@ def hashed_fields(
     client_address: str | None,
     target: str | None,
     outcome: str,
-    detail: dict[str, Any],
+    detail: dict[str, Any] | None,
 ) -> dict[str, Any]:
+    """What an event's hash covers."""
     return {
         "at": at,
         "kind": kind,
@@ -48,23 +49,14 @@ def hashed_fields(
     }
 
 
-def chained_values(
-    prev_hash: str,
-    at: float,
-    kind: str,
-    actor: str | None,
-    client_address: str | None,
-    target: str | None,
-    outcome: str,
-    detail: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """A new event's columns (but its id), chained to `prev_hash`.
+def chained_values(prev_hash: str, event: dict[str, Any]) -> dict[str, Any]:
+    """A new event's columns (but its id): `event`, its hashed_fields, chained to `prev_hash`.
 
     Normalised first, so the hash covers exactly what a later read gives back: a float
     `at` (an int would come back as float) and JSON-shaped detail.
     """
-    stored_detail = json.loads(canonical_json(detail or {}))
-    fields = hashed_fields(float(at), kind, actor, client_address, target, outcome, stored_detail)
+    stored_detail = json.loads(canonical_json(event["detail"] or {}))
+    fields = {**event, "at": float(event["at"]), "detail": stored_detail}
     return {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}
 
 
@@ -118,9 +110,8 @@ class AuditRepo:
         if prev_hash is None:
             last = AuditEvent.select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)
             prev_hash = last.scalar() or GENESIS_HASH
-        values = chained_values(
-            prev_hash, when, kind, actor, client_address, target, outcome, detail
-        )
+        event = hashed_fields(when, kind, actor, client_address, target, outcome, detail)
+        values = chained_values(prev_hash, event)
         stored = insert_row(AuditEvent, values)
         self._chain_head = values["hash"]
         return inserted(AuditEventRow, AuditEvent, stored)
