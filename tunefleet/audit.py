@@ -9,12 +9,14 @@ and token-looking text anywhere is masked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import queue
+import threading
+import weakref
 from collections.abc import Awaitable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -83,8 +85,10 @@ class AuditLog:
         self._store_append = store_append
         self._clock = clock
         # One thread, FIFO: lines land in the order they were recorded, and the
-        # event loop never waits on the disk.
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tunefleet-audit")
+        # event loop never waits on the disk. A queue and a thread of its own, not an
+        # executor: a batch's hand-off is one put, its answer one call_soon_threadsafe.
+        self._batches: queue.SimpleQueue[_Written | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
         self._file: IO[str] | None = None
         self._batch: _LineBatch | None = None
         self._closed = False
@@ -168,9 +172,11 @@ class AuditLog:
             return
         self._closed = True
         self._flush()  # lines queued behind the last record go before the file closes
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._writer, self._close_file)
-        await asyncio.to_thread(self._writer.shutdown, True)
+        writer = self._writer
+        if writer is not None:
+            self._batches.put(None)
+            await asyncio.to_thread(writer.join)
+        await asyncio.to_thread(self._close_file)
 
     # --- the file (on the writer thread) ------------------------------------------
 
@@ -191,28 +197,40 @@ class AuditLog:
         batch, self._batch = self._batch, None
         if batch is None:
             return
-        loop = asyncio.get_running_loop()
-        writing = loop.run_in_executor(self._writer, self._write_lines, batch.lines)
-        writing.add_done_callback(partial(self._written, batch))
+        if self._writer is None:
+            self._writer = _start_writer(self)
+        self._batches.put(_Written(batch, asyncio.get_running_loop()))
 
-    def _written(self, batch: _LineBatch, writing: asyncio.Future[None]) -> None:
-        error = writing.exception()
+    def _written(self, batch: _LineBatch, error: BaseException | None) -> None:
         if error is not None:
             log.error(
                 "audit line not written", path=str(self.path), kinds=batch.kinds, error=str(error)
             )
-        batch.written.set_result(None)
+        if not batch.written.done():
+            batch.written.set_result(None)
 
     def _write_lines(self, lines: list[str]) -> None:
-        for line in lines:
-            self._write(line)
+        # One write and one flush for the batch: the lines are whole, in order.
+        self._write("\n".join(lines))
 
-    def _write(self, line: str) -> None:
+    def _write(self, text: str) -> None:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
-        self._file.write(line + "\n")
+        self._file.write(text + "\n")
         self._file.flush()
+
+    def _write_batches(self) -> None:
+        """The writer thread: each batch written in turn, its callers woken on their loop."""
+        while (item := self._batches.get()) is not None:
+            error: BaseException | None = None
+            try:
+                self._write_lines(item.batch.lines)
+            except Exception as failure:
+                error = failure
+            # A closed loop raises RuntimeError: nobody is waiting there any more.
+            with contextlib.suppress(RuntimeError):
+                item.loop.call_soon_threadsafe(self._written, item.batch, error)
 
     def _close_file(self) -> None:
         if self._file is not None:
@@ -231,6 +249,30 @@ class AuditEntry:
     def row(self) -> dict[str, Any]:
         """The keyword arguments of ``AuditRepo.append`` that store it."""
         return {"kind": self.kind, "at": self.at, **self.fields}
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """A batch handed to the writer thread, and the loop its callers wait on."""
+
+    batch: _LineBatch
+    loop: asyncio.AbstractEventLoop
+
+
+def _start_writer(audit: AuditLog) -> threading.Thread:
+    """The writer thread, started with the first line. A daemon, so a log never closed
+    cannot hold the process at exit; the finalizer writes what is queued first (at exit,
+    or when the log is dropped unclosed)."""
+    writer = threading.Thread(target=audit._write_batches, name="tunefleet-audit", daemon=True)
+    writer.start()
+    weakref.finalize(audit, _stop_writer, audit._batches, writer)
+    return writer
+
+
+def _stop_writer(batches: queue.SimpleQueue[_Written | None], writer: threading.Thread) -> None:
+    if writer.is_alive():
+        batches.put(None)
+        writer.join(timeout=10)
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from tunefleet import audit as audit_module
 from tunefleet.audit import AuditKind, AuditLog
 
 TOKEN = "wt_Q1w2E3r4T5y6U7i8O9p0AaSsDdFfGgHhJjKkLlZz-_x"
@@ -192,6 +193,64 @@ async def test_lines_recorded_together_reach_the_writer_together(
     assert sum(batches) == 20
     assert len(batches) < 20  # one hand-off to the writer thread per batch, not per line
     assert [line["actor"] for line in lines(audit.path)] == [f"w_{i}" for i in range(20)]
+
+
+async def test_a_batch_is_one_write_and_one_flush_of_whole_lines(
+    audit: AuditLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[str] = []
+    real_write = AuditLog._write
+
+    def spy(self: AuditLog, text: str) -> None:
+        writes.append(text)
+        real_write(self, text)
+
+    monkeypatch.setattr(AuditLog, "_write", spy)
+    await asyncio.gather(
+        *(audit.record("job.status", actor=f"w_{i}", target=f"j_{i}") for i in range(20))
+    )
+    assert len(writes) < 20
+    assert sum(text.count("\n") + 1 for text in writes) == 20
+    assert [line["actor"] for line in lines(audit.path)] == [f"w_{i}" for i in range(20)]
+
+
+async def test_close_ends_the_writer_thread_after_the_last_line(
+    store: FakeStore, tmp_path: Path
+) -> None:
+    audit = AuditLog(store.append_audit, tmp_path / "audit.jsonl", StillClock())
+    await audit.record("worker.drained", actor="admin", target="w_1")
+    writers = [t for t in threading.enumerate() if t.name == "tunefleet-audit"]
+    assert writers and all(t.daemon for t in writers)  # never holds the process at exit
+    mine = audit._writer
+    assert mine is not None and mine.is_alive()
+    await audit.close()
+    assert not mine.is_alive()
+    assert len(lines(tmp_path / "audit.jsonl")) == 1
+
+
+def test_lines_queued_in_a_log_never_closed_are_written_at_exit(
+    store: FakeStore, tmp_path: Path
+) -> None:
+    """The writer is a daemon thread; its finalizer (run at interpreter exit, or when the
+    log is dropped) writes what is queued before the thread goes."""
+    path = tmp_path / "audit.jsonl"
+
+    async def record_without_closing() -> AuditLog:
+        audit = AuditLog(store.append_audit, path, StillClock())
+        await audit.record("worker.drained", actor="admin", target="w_1")
+        # Handed to the writer, not awaited: the loop may be closed before it is written.
+        pending = asyncio.ensure_future(audit.record("worker.resumed", actor="admin", target="w_1"))
+        await asyncio.sleep(0)  # stored (the fake store answers at once), its line batched
+        audit._flush()  # handed to the writer now (the loop would have done it next)
+        assert not pending.done()
+        return audit
+
+    audit = asyncio.run(record_without_closing())
+    writer = audit._writer
+    assert writer is not None
+    audit_module._stop_writer(audit._batches, writer)
+    assert not writer.is_alive()
+    assert [line["kind"] for line in lines(path)] == ["worker.drained", "worker.resumed"]
 
 
 async def test_a_cancelled_caller_leaves_the_others_lines_written(audit: AuditLog) -> None:
