@@ -10,9 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tunefleet.logging import (
     REDACTED,
+    TOKEN_PATTERN,
+    _mask,
     configure_logging,
     contains_token,
     is_secret_key,
@@ -199,3 +203,30 @@ def test_redact_gives_up_on_absurd_depth() -> None:
     for _ in range(20):
         deep = [deep]
     assert_no_token(json.dumps(redact(deep), default=str))
+
+
+# --- the fast path: text without a token prefix skips the regex -------------------------
+
+_PIECES = st.sampled_from(
+    ["wt_", "tf_", "ut_", "xwt_", "WT_", "_", "-", " ", "j_0123", "Q1w2E3r4T5y6", "é", "\n"]
+)
+
+
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=8)), max_size=12).map("".join))
+@settings(max_examples=300, deadline=None)
+def test_redact_text_answers_as_the_token_pattern_alone_would(text: str) -> None:
+    assert redact_text(text) == TOKEN_PATTERN.sub(_mask, text)
+    assert contains_token(text) == (TOKEN_PATTERN.search(text) is not None)
+
+
+def test_text_without_a_token_prefix_is_returned_as_it_is() -> None:
+    text = "job j_0123456789abcdef ended on w_abc (state completed)"
+    assert redact_text(text) is text
+    assert not contains_token(text)
+    assert redact_text(f"{text} {WORKER_TOKEN}") == f"{text} wt_…{WORKER_TOKEN[-4:]}"
+
+
+def test_secret_key_verdicts_are_the_same_when_asked_again() -> None:
+    for _ in range(2):
+        assert is_secret_key("worker_token") and is_secret_key("X-Worker-Token")
+        assert not is_secret_key("token_hash") and not is_secret_key("job_id")
