@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import json
 import queue
 import threading
 import weakref
@@ -27,6 +28,10 @@ from tunefleet.logging import contains_token, is_secret_key, redact, redact_text
 log = structlog.get_logger(__name__)
 
 FILE_NAME = "audit.jsonl"
+
+# What json.dumps(default=str, ensure_ascii=False) makes, from one encoder built once:
+# json.dumps builds a new encoder on every call that passes options.
+_LINE_ENCODER = json.JSONEncoder(default=str, ensure_ascii=False)
 
 
 class AuditKind(StrEnum):
@@ -92,7 +97,6 @@ class AuditLog:
         self._file: IO[str] | None = None
         self._batch: _LineBatch | None = None
         self._closed = False
-        self._renderer = structlog.processors.JSONRenderer(default=str, ensure_ascii=False)
 
     async def record(
         self,
@@ -188,7 +192,7 @@ class AuditLog:
             loop = asyncio.get_running_loop()
             batch = self._batch = _LineBatch(loop.create_future())
             loop.call_soon(self._flush)
-        batch.lines.append(str(self._renderer(None, "info", fields)))
+        batch.lines.append(_LINE_ENCODER.encode(fields))
         batch.kinds.append(str(fields["kind"]))
         # Shielded: a cancelled caller must not cancel the other callers' shared wait.
         await asyncio.shield(batch.written)

@@ -253,6 +253,18 @@ def test_lines_queued_in_a_log_never_closed_are_written_at_exit(
     assert [line["kind"] for line in lines(path)] == ["worker.drained", "worker.resumed"]
 
 
+async def test_a_line_keeps_non_ascii_text_and_writes_other_values_as_text(
+    audit: AuditLog,
+) -> None:
+    await audit.record(
+        "worker.created", actor="admin", target="w_1", name="gpu-salle-é", where=Path("/srv/x")
+    )
+    (text,) = audit.path.read_text(encoding="utf-8").splitlines()
+    assert '"name": "gpu-salle-é"' in text  # as written, not \u escaped
+    assert json.loads(text)["detail"] == {"name": "gpu-salle-é", "where": "/srv/x"}
+    assert text == json.dumps(json.loads(text), ensure_ascii=False)
+
+
 async def test_a_cancelled_caller_leaves_the_others_lines_written(audit: AuditLog) -> None:
     first = asyncio.ensure_future(audit.record("job.status", actor="w_1", target="j_1"))
     second = asyncio.ensure_future(audit.record("job.status", actor="w_2", target="j_2"))
