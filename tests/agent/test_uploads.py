@@ -231,9 +231,15 @@ async def test_a_file_that_changes_while_uploading_is_sent_again(
     original = client._chunks
 
     async def touching(p: Path, offset: int, length: int, digest: object):  # type: ignore[no-untyped-def]
+        # Changed as soon as its first chunk is read, so surely before the upload ends: a
+        # change after the last chunk could come after the store's answer (or never, when
+        # the writer is done with the body once its length is sent).
+        touched = False
         async for chunk in original(p, offset, length, digest):
+            if not touched:
+                os.utime(p, ns=(1, 1))
+                touched = True
             yield chunk
-        os.utime(p, ns=(1, 1))
 
     client._chunks = touching  # type: ignore[method-assign]
     try:
