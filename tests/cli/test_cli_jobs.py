@@ -132,7 +132,9 @@ def test_list_pages_with_a_footer(tf: Invoke) -> None:
     assert "--offset 1 for more" in result.stdout.splitlines()[-1]
 
 
-def test_show_table_and_json(tf: Invoke) -> None:
+def test_show_table_and_json(tf: Invoke, agent: str) -> None:
+    # With the pool=cli agent connected, the reason names the label no worker has (with
+    # no worker at all, it would say that none is connected).
     job_id = str(_submit_json(tf, "quick", *NOWHERE, "--priority", "3")["job_id"])
     table = tf("jobs", "show", job_id)
     assert table.exit_code == 0, table.output
