@@ -417,9 +417,8 @@ class Fleet:
             return {"job_id": job_id, "position": None, "status": row[0], "reason": None}
         if job.state != JobState.PENDING:
             return {"job_id": job_id, "position": None, "status": str(job.state), "reason": None}
-        order = cast(list[str], await self.ctx.scheduler.ask(m.QueueOrder()))
-        reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(job_id)))
-        position = order.index(job_id) + 1 if job_id in order else None
+        place = await self.ctx.scheduler.ask(m.QueuePlace(job_id))
+        position, reason = cast(tuple[int | None, str | None], place)
         return {
             "job_id": job_id,
             "position": position,

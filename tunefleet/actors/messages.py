@@ -267,5 +267,8 @@ class ExplainWait:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueOrder:
-    """Reply: pending job ids in the order they will be considered."""
+class QueuePlace:
+    """Reply: (position, reason): where a pending job stands in the order pending jobs
+    are considered (1 is next), and why it waits; (None, None) when it is not pending."""
+
+    job_id: str

@@ -49,9 +49,9 @@ class Scheduler(Actor):
             case m.ExplainWait(job_id=job_id):
                 self._run_pass()
                 return self.explain(job_id)
-            case m.QueueOrder():
+            case m.QueuePlace(job_id=job_id):
                 self._run_pass()
-                return self.order()
+                return self.place_in_queue(job_id)
             case _:
                 raise TypeError(f"Scheduler cannot handle {type(message).__name__}")
         return None
@@ -108,6 +108,12 @@ class Scheduler(Actor):
             return None
         return wait_reason(job.requirements, list(self.fleet.values()), set(self.idle))
 
-    def order(self) -> list[str]:
-        ranked = sorted(self.pending.values(), key=lambda j: (-j.priority, j.seq))
-        return [j.job_id for j in ranked]
+    def place_in_queue(self, job_id: str) -> tuple[int | None, str | None]:
+        """Its rank by priority, then submission order, counted rather than sorted: one
+        question of a submitter or a page is one walk of the queue."""
+        job = self.pending.get(job_id)
+        if job is None:
+            return None, None
+        key = (-job.priority, job.seq)
+        ahead = sum(1 for other in self.pending.values() if (-other.priority, other.seq) < key)
+        return ahead + 1, self.explain(job_id)

@@ -1,0 +1,60 @@
+"""Scheduler.place_in_queue: a pending job's rank (priority first, then submission order)
+and its wait reason, in one answer, the same as sorting the queue would give."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.actors.test_scheduler_place_new import Ctx, OfferedJob
+from tunefleet.actors import messages as m
+from tunefleet.actors.clock import FakeClock
+from tunefleet.actors.context import FleetContext
+from tunefleet.actors.matching import PendingJob, Requirements
+from tunefleet.actors.runtime import ActorSystem
+from tunefleet.actors.scheduler import Scheduler
+
+
+async def _places(jobs: list[PendingJob], asked: list[str]) -> list[object]:
+    ctx = Ctx({job.job_id: OfferedJob() for job in jobs})
+    system = ActorSystem(FakeClock())
+    scheduler = system.spawn(Scheduler(cast(FleetContext, ctx)))
+    try:
+        for job in jobs:
+            scheduler.tell(m.JobWaiting(job))
+        places = [await scheduler.ask(m.QueuePlace(job_id)) for job_id in asked]
+        reasons = [await scheduler.ask(m.ExplainWait(job_id)) for job_id in asked]
+        return [(place, reason) for place, reason in zip(places, reasons, strict=True)]
+    finally:
+        await system.stop_all(drain=False)
+
+
+def test_rank_goes_by_priority_then_submission_and_carries_the_wait_reason() -> None:
+    jobs = [
+        PendingJob("j_a", 0, 1, Requirements("worker")),
+        PendingJob("j_b", 5, 2, Requirements("worker")),
+        PendingJob("j_c", 0, 3, Requirements("worker")),
+        PendingJob("j_d", 5, 4, Requirements("worker")),
+    ]
+    answers = asyncio.run(_places(jobs, ["j_a", "j_b", "j_c", "j_d", "j_gone"]))
+    ranks = [cast(tuple[int | None, str | None], place)[0] for place, _ in answers]
+    assert ranks == [3, 1, 4, 2, None]
+    for place, reason in answers:
+        assert cast(tuple[int | None, str | None], place)[1] == reason
+    assert answers[-1] == ((None, None), None)
+
+
+@given(st.lists(st.integers(min_value=-3, max_value=3), min_size=1, max_size=30))
+@settings(max_examples=50, deadline=None)
+def test_rank_is_the_index_in_the_sorted_queue(priorities: list[int]) -> None:
+    jobs = [
+        PendingJob(f"j_{n}", priority, n, Requirements("worker"))
+        for n, priority in enumerate(priorities)
+    ]
+    order = [j.job_id for j in sorted(jobs, key=lambda j: (-j.priority, j.seq))]
+    answers = asyncio.run(_places(jobs, [j.job_id for j in jobs]))
+    for job, (place, _) in zip(jobs, answers, strict=True):
+        assert cast(tuple[int | None, str | None], place)[0] == order.index(job.job_id) + 1
