@@ -44,12 +44,15 @@ def run() -> list[Row]:
         tempfile.TemporaryDirectory() as data_dir,
         (Path(data_dir) / "server.log").open("w", encoding="utf-8") as server_log,
     ):
+        harness_logging = structlog.get_config()
         configure_logging("console", stream=server_log)
         try:
             return asyncio.run(_cycles(Path(data_dir), WORKERS, SECONDS))
         finally:
+            # Back to the bench harness's settings (warnings only), not structlog's
+            # defaults: the benchmarks after this one would print every info line.
             logging.getLogger().handlers.clear()
-            structlog.reset_defaults()
+            structlog.configure(**harness_logging)
 
 
 async def _cycles(data_dir: Path, workers: int, seconds: float) -> list[Row]:

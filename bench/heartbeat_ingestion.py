@@ -49,6 +49,8 @@ def _rows(backend: str, label: str, reply: dict[str, Any]) -> list[Row]:
     stats = summary(result["latencies_ms"])
     cpu_us = reply.get("server_cpu_s", 0.0) / max(1, result["done"]) * 1e6
     note = f"{WORKERS} workers; statuses {result['statuses']}; {cpu_note(reply)}; {machine_note()}"
+    # Issue 14: <= 150 us each at 2,500/s sent singly; the first wave's 250 us elsewhere.
+    cpu_target = "<= 150 us" if label == "open 2500/s" else "<= 250 us"
     if label == "closed":
         title = f"{backend} closed loop ({IN_FLIGHT} in flight)"
         rate_target: str | None = ">= 2,500/s"
@@ -60,7 +62,7 @@ def _rows(backend: str, label: str, reply: dict[str, Any]) -> list[Row]:
         row(f"{title} rate", round(result["rate"], 1), "heartbeats/s", rate_target, note),
         row(f"{title} p50", round(stats["p50"], 3), "ms", None, ""),
         row(f"{title} p99", round(stats["p99"], 3), "ms", None, ""),
-        row(f"{title} server CPU per heartbeat", round(cpu_us, 1), "us", "<= 250 us", ""),
+        row(f"{title} server CPU per heartbeat", round(cpu_us, 1), "us", cpu_target, ""),
         row(
             f"{title} ceiling at one core",
             round(1e6 / max(cpu_us, 1e-9)),
