@@ -292,16 +292,16 @@ class Artifacts:
             )
             return
         await self.sync_bucket(job_id)
-        rows = await self.records.objects(job_id)
-        if not rows:
+        sizes = await self.records.sizes(job_id)
+        if not sizes:
             return
-        total = sum(r.size for r in rows)
-        message = f"artifacts stored ({len(rows)} files, {total} bytes)"
+        total = sum(sizes)
+        message = f"artifacts stored ({len(sizes)} files, {total} bytes)"
         await self.db.append_job_event(
             job_id,
             ARTIFACTS_STORED,
             attempt=attempt,
-            detail={"message": message, "files": len(rows), "bytes": total},
+            detail={"message": message, "files": len(sizes), "bytes": total},
         )
 
     # --- users --------------------------------------------------------------------------

@@ -200,6 +200,9 @@ class MemoryArtifactRepo(ArtifactRepo):
         ]
         return [fresh(a) for a in sorted(found, key=lambda a: a.key)]
 
+    def sizes(self, job_id: str) -> list[int]:
+        return sorted(a.size for a in self._t.artifacts.values() if a.job_id == job_id)
+
     def delete_prefix(self, job_id: str, prefix: str) -> int:
         return self._drop(
             self._t.artifacts, lambda a: a.job_id == job_id and a.key.startswith(prefix)
