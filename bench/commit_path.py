@@ -9,21 +9,16 @@ Numbers, never assertions. Run alone with `python -m bench.commit_path`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import tempfile
 import time
 from pathlib import Path
 
 from bench import Row, row
+from bench.inproc_fleet import connect_worker, in_process_fleet
 from tunefleet.actors import messages as m
-from tunefleet.actors.build import build_fleet
-from tunefleet.actors.clock import RealClock
-from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.records import JobRecord
-from tunefleet.audit import AuditLog
 from tunefleet.storage.database import DEFAULT_LINGER_S, open_database
 from tunefleet.storage.models import database_proxy
-from tunefleet.storage.store import Store
 
 WRITERS = (1, 8, 50)
 WRITE_SECONDS = 2.0
@@ -79,36 +74,13 @@ async def _concurrent_writes(writers: int, linger_s: float) -> list[Row]:
 
 async def _job_cycles(cycles: int) -> list[Row]:
     with tempfile.TemporaryDirectory() as data_dir:
-        clock = RealClock()
-        db = await open_database(None, Path(data_dir))
-        store = Store(db, now=clock.time)
-        audit = AuditLog(store.append_audit, Path(data_dir) / "audit.jsonl", clock)
-        fleet = build_fleet(store, clock, FleetSettings(local_runner=False), audit)
-        await fleet.start()
-        try:
-            token_hash = hashlib.sha256(b"bench").hexdigest()
-            made = await fleet.create_worker("w", "persistent", {}, token_hash, actor="bench")
-            worker_id = str(made["worker_id"])
-            gpu = {"name": "Bench GPU", "vram_gb": 24.0, "count": 1, "accelerator": "cuda"}
-            await fleet.register(
-                worker_id,
-                m.Register(
-                    name="w",
-                    gpu=gpu,
-                    persistent=True,
-                    agent_labels={},
-                    current_job_id=None,
-                    provider=None,
-                    hostname="bench",
-                    client_address="127.0.0.1",
-                ),
-            )
-            conn = await fleet.open_stream(worker_id, None)
+        async with in_process_fleet(Path(data_dir)) as (fleet, db):
+            worker_id, events = await connect_worker(fleet, "w", {})
             dispatch, answer, writes = [], [], []
             for _ in range(cycles):
                 before, started = db.stats.writes, time.perf_counter()
                 submit = asyncio.ensure_future(fleet.submit(_job(), actor="bench"))
-                while (event := await conn.queue.get()) is not None and event.type != "job_submit":
+                while (event := await events.get()) is not None and event.type != "job_submit":
                     pass
                 dispatch.append(time.perf_counter() - started)
                 job_id = str((await submit)["job_id"])
@@ -120,10 +92,6 @@ async def _job_cycles(cycles: int) -> list[Row]:
                 fleet.report_written(worker_id, job_id)
                 await asyncio.sleep(0.005)  # the worker's own row is written after the end
                 writes.append(db.stats.writes - before)
-        finally:
-            await fleet.stop()
-            await audit.close()
-            await db.close()
     note = f"{cycles} cycles, one idle worker, SQLite, no HTTP"
     return [
         row("cycle: dispatch p50", _pct(dispatch, 0.5) * 1e3, "ms", None, "submit → job_submit"),

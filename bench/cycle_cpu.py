@@ -11,7 +11,6 @@ event loop thread's own, per cycle. Run alone with `python -m bench.cycle_cpu`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import tempfile
@@ -22,16 +21,12 @@ import structlog
 
 from bench import Row, row
 from bench.fleet_common import pick
+from bench.inproc_fleet import connect_worker, in_process_fleet
 from tunefleet.actors import messages as m
-from tunefleet.actors.build import build_fleet
-from tunefleet.actors.clock import RealClock
-from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.records import JobRecord
-from tunefleet.audit import AuditLog
+from tunefleet.actors.stream import EventQueue
 from tunefleet.logging import configure_logging
-from tunefleet.storage.database import open_database
-from tunefleet.storage.store import Store
 
 WORKERS = 20
 SECONDS: float = pick(8.0, 3.0)
@@ -56,14 +51,11 @@ def run() -> list[Row]:
 
 
 async def _cycles(data_dir: Path, workers: int, seconds: float) -> list[Row]:
-    clock = RealClock()
-    db = await open_database(None, data_dir)
-    store = Store(db, now=clock.time)
-    audit = AuditLog(store.append_audit, data_dir / "audit.jsonl", clock)
-    fleet = build_fleet(store, clock, FleetSettings(local_runner=False), audit)
-    await fleet.start()
-    try:
-        streams = [await _worker(fleet, n) for n in range(workers)]
+    async with in_process_fleet(data_dir) as (fleet, _):
+        streams = [
+            (f"w{n}", *await connect_worker(fleet, f"w{n}", {"bench": f"w{n}"}))
+            for n in range(workers)
+        ]
         counted = [0]
         stop = time.perf_counter() + WARMUP_S + seconds
         counting = asyncio.Event()
@@ -77,10 +69,6 @@ async def _cycles(data_dir: Path, workers: int, seconds: float) -> list[Row]:
         await asyncio.gather(*loops)
         cpu, loop_cpu = time.process_time() - cpu0, time.thread_time() - loop0
         wall = time.perf_counter() - wall0
-    finally:
-        await fleet.stop()
-        await audit.close()
-        await db.close()
     cycles = max(1, counted[0])
     load = os.getloadavg()
     note = f"{workers} workers and submitters, SQLite, no HTTP; load avg {load[0]:.1f}"
@@ -91,32 +79,11 @@ async def _cycles(data_dir: Path, workers: int, seconds: float) -> list[Row]:
     ]
 
 
-async def _worker(fleet: Fleet, n: int) -> tuple[str, str, asyncio.Queue[object]]:
-    token_hash = hashlib.sha256(f"bench-{n}".encode()).hexdigest()
-    labels = {"bench": f"w{n}"}
-    made = await fleet.create_worker(f"w{n}", "persistent", labels, token_hash, actor="bench")
-    worker_id = str(made["worker_id"])
-    gpu = {"name": "Bench GPU", "vram_gb": 24.0, "count": 1, "accelerator": "cuda"}
-    register = m.Register(
-        name=f"w{n}",
-        gpu=gpu,
-        persistent=True,
-        agent_labels={},
-        current_job_id=None,
-        provider=None,
-        hostname="bench",
-        client_address="127.0.0.1",
-    )
-    await fleet.register(worker_id, register)
-    conn = await fleet.open_stream(worker_id, None)
-    return f"w{n}", worker_id, conn.queue  # type: ignore[return-value]
-
-
 async def _submitter(
     fleet: Fleet,
     name: str,
     worker_id: str,
-    stream: asyncio.Queue[object],
+    stream: EventQueue,
     stop: float,
     counting: asyncio.Event,
     counted: list[int],
@@ -125,9 +92,7 @@ async def _submitter(
     while time.perf_counter() < stop:
         answer = await fleet.submit(_job(name), actor="bench")
         job_id = str(answer["job_id"])
-        while (event := await stream.get()) is not None and getattr(event, "type", "") != (
-            "job_submit"
-        ):
+        while (event := await stream.get()) is not None and event.type != "job_submit":
             pass
         for word in ("running", "completed"):
             await fleet.report_status(
