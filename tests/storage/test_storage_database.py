@@ -93,6 +93,53 @@ async def test_writes_queued_together_share_one_transaction(db: Database) -> Non
     assert len(await db.read(_worker_ids)) == 50
 
 
+async def test_a_group_wakes_each_caller_loop_once(db: Database) -> None:
+    """Answers of one group reach each loop in one wake-up; a second loop (another
+    thread's) gets its own answers, on its own loop."""
+    loop = asyncio.get_running_loop()
+    wakeups: list[object] = []
+    real = loop.call_soon_threadsafe
+
+    def counted(callback: Callable[..., object], *args: object) -> asyncio.Handle:
+        if getattr(callback, "__module__", None) == Database.__module__:
+            wakeups.append(callback)  # the DB thread answering (not asyncio's own)
+        return real(callback, *args)
+
+    other_results: list[str] = []
+    other_ready = threading.Event()
+    other_queued = threading.Event()
+
+    def other_thread() -> None:
+        async def write_from_here() -> None:
+            task = asyncio.create_task(db.write(_insert_worker("w_other")))
+            await asyncio.sleep(0)  # the call is in the DB queue now
+            other_queued.set()
+            other_results.append(await task)
+
+        other_ready.set()
+        asyncio.run(write_from_here())
+
+    gate, held = await _hold_thread(db)
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+    try:
+        writes = [asyncio.create_task(db.write(_insert_worker(f"w_{i}"))) for i in range(5)]
+        await _queued(db, 5)
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        await asyncio.to_thread(other_queued.wait, 10)
+        before = db.stats.write_groups
+        gate.release.set()
+        await held
+        assert await asyncio.gather(*writes) == [f"w_{i}" for i in range(5)]
+        await asyncio.to_thread(thread.join, 10)
+    finally:
+        del loop.call_soon_threadsafe
+    assert other_results == ["w_other"]
+    assert db.stats.write_groups - before == 1
+    # The held read's answer, then one wake-up for the five writes of this loop.
+    assert len(wakeups) == 2
+
+
 async def test_a_failing_write_undoes_only_itself(db: Database) -> None:
     def insert_then_fail() -> None:
         _insert_worker("w_doomed")()

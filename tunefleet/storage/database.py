@@ -90,6 +90,24 @@ class _Call:
             self.loop.call_soon_threadsafe(_settle_future, self.future, ok, value)
 
 
+def _settle_all(calls: list[_Call], outcomes: list[tuple[bool, Any]]) -> None:
+    """Answer a committed group: one wake-up of each caller loop for the whole group, not
+    one per write (each wake-up is a write to the loop's self-pipe and a read back)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+    for call, (ok, value) in zip(calls, outcomes, strict=True):
+        call.settled = True
+        by_loop.setdefault(call.loop, []).append((call.future, ok, value))
+    for loop, answers in by_loop.items():
+        # A closed caller loop (RuntimeError) means nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle_futures, answers)
+
+
+def _settle_futures(answers: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in answers:
+        _settle_future(future, ok, value)
+
+
 def _settle_future(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
     if future.done():  # the caller was cancelled; the work itself still happened
         return
@@ -320,8 +338,7 @@ class Database:
             for call in group:
                 call.settle(False, exc)
             return
-        for call, (ok, value) in zip(group, outcomes, strict=True):
-            call.settle(ok, value)
+        _settle_all(group, outcomes)
 
     def _run_in_savepoints(
         self, database: pw.Database, group: list[_Call], outcomes: list[tuple[bool, Any]]
