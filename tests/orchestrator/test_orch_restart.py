@@ -324,3 +324,70 @@ async def test_a_worker_row_still_busy_with_a_requeued_job_is_free_after_a_resta
     await agent.connect(agent.last_event_id)
     await after.settle()
     assert (await after.job(job_id)).worker_id == agent.worker_id
+
+
+async def test_a_worker_freed_by_its_jobs_end_is_free_after_a_restart(
+    harness: FleetHarness,
+) -> None:
+    """Freeing a worker writes nothing of its own: the job's end commit is what a restart
+    reads, whatever the worker's row last said."""
+    agent = await harness.agent("w1")
+    job_id = await _running_job(harness, agent)
+    before = harness.db.stats.writes
+    await agent.report(job_id, "completed")
+    assert harness.db.stats.writes - before == 1  # the job's end alone
+    assert harness.worker_state(agent.worker_id) == "idle"
+
+    after = await harness.restart(5.0, agent)
+    assert after.worker_state(agent.worker_id) == "idle"
+    assert after.worker(agent.worker_id).current_job_id is None
+    await agent.connect(agent.last_event_id)  # the stream comes back without registering
+    await after.settle()
+    next_job = await after.submit()
+    assert agent.submitted_jobs()[-1] == next_job
+    await agent.run_to_completion(next_job)
+    assert await after.job_state(next_job) == "completed"
+
+
+async def test_a_draining_worker_freed_by_its_jobs_end_stays_draining_after_a_restart(
+    harness: FleetHarness,
+) -> None:
+    """Its row was last written by the drain, still holding the job: the restart keeps
+    the drain and frees it of the ended job."""
+    agent = await harness.agent("w1")
+    job_id = await _running_job(harness, agent)
+    await harness.fleet.drain(agent.worker_id, actor="admin")
+    await agent.report(job_id, "completed")
+    row = await harness.store.get_worker(agent.worker_id)
+    assert row is not None and (row.state, row.current_job_id) == ("draining", job_id)
+
+    after = await harness.restart(5.0, agent)
+    assert after.worker_state(agent.worker_id) == "draining"
+    assert after.worker(agent.worker_id).current_job_id is None
+    reply = await agent.register()
+    assert (reply["resume_job"], reply["abandon_job"]) == (None, None)
+    await agent.connect(agent.last_event_id)
+    waiting = await after.submit()
+    assert await after.job_state(waiting) == "pending"
+    await after.fleet.resume(agent.worker_id, actor="admin")
+    await after.settle()
+    assert agent.submitted_jobs()[-1] == waiting
+
+
+async def test_a_worker_freed_by_a_requeue_is_free_after_a_restart(
+    harness: FleetHarness,
+) -> None:
+    """The requeue's commit frees the worker: after a restart it holds nothing."""
+    agent = await harness.agent("w1")
+    job_id = await _running_job(harness, agent)
+    await harness.fleet.drain(agent.worker_id, actor="admin")  # so the job is not re-placed
+    await agent.report(job_id, "cancelled", error="agent shutting down")  # not asked to stop
+    assert await harness.job_state(job_id) == "pending"
+    assert harness.worker(agent.worker_id).current_job_id is None
+
+    after = await harness.restart(5.0, agent)
+    assert after.worker_state(agent.worker_id) == "draining"
+    assert after.worker(agent.worker_id).current_job_id is None
+    assert await after.job_state(job_id) == "pending"
+    reply = await agent.register(current_job_id=job_id)
+    assert reply["abandon_job"] == job_id

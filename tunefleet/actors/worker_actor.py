@@ -362,7 +362,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
             self.ctx.clock.call_later(
                 self.ctx.settings.report_hold_s, partial(self.try_tell, m.ReportWritten(msg.job_id))
             )
-        await self._persist()
+        # No write of this worker's row: the job's end (or requeue) is committed, and the
+        # job table says which worker holds which job, so a restart finds it free anyway
+        # (Fleet.start). The row's busy/idle and current_job_id follow at its next write.
         if self.rec.worker_type == "ephemeral" and self.state == WorkerState.DRAINING:
             self.push(ShutdownEvent(reason="worker drained after its job"))
         if msg.hold_until_report_written:
