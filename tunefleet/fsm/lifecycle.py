@@ -14,10 +14,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from transitions import Machine, MachineError
+from transitions import MachineError
 from transitions.core import EventData
 
 from tunefleet.fsm.errors import IllegalTransition
+from tunefleet.fsm.lean_machine import LeanMachine
 
 # transitions logs every state entry at INFO: noise at a thousand triggers a second.
 logging.getLogger("transitions").setLevel(logging.WARNING)
@@ -52,7 +53,7 @@ class Lifecycle:
         self.id_attr = id_attr
         self.transitions = transitions
         _check_table(entity, self.states, transitions)
-        self.machine = Machine(
+        self.machine = LeanMachine(
             model=None,
             states=list(self.states),
             initial=None,
