@@ -7,9 +7,10 @@ What each family proves, and what it cannot:
 - Records (per job, from GET /api/queue/{id}): every accepted job is still there after
   every restart and is completed exactly once (one ``completed`` attempt, one
   ``completed`` timeline entry), or failed after its last allowed attempt with the
-  reason recorded, or (only when the run could not settle) still live. Attempts are
-  numbered 1..n, each but the last ended ``lost`` (or ``undelivered``: its stream closed
-  before the acknowledgement, which spends no retry) with a reason, each one in the
+  reason recorded (or at its last allowed never-acknowledged dispatch), or (only when
+  the run could not settle) still live. Attempts are numbered 1..n, each but the last
+  ended ``lost`` (or ``undelivered``: its stream closed before the acknowledgement, or
+  no acknowledgement came in time, which spends no retry) with a reason, each one in the
   timeline (dispatched, started when it was, and its end), and attempt k ended before
   attempt k+1 was dispatched: the orchestrator never had a job on two workers at once.
 - Records (per worker): the intervals [dispatched_at, ended_at] of all the attempts a
@@ -34,6 +35,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from tunefleet.fsm.job import MAX_UNDELIVERED
 
 # Timestamps cross the API as ISO strings with milliseconds (truncated).
 EPS_S = 0.01
@@ -208,16 +211,25 @@ def check_outcome(job: JobView, findings: Findings) -> None:
     if job.status == "failed":
         if not job.error:
             findings.bad(f"{jid}: failed without a recorded reason")
-        elif (
-            job.attempts - outcomes.count("undelivered") != job.max_retries + 1
-            or "no retries left" not in job.error
-        ):
+        elif not _out_of_retries(job, outcomes) and not _never_acknowledged(job, outcomes):
             findings.bad(
                 f"{jid}: failed after {job.attempts} of {job.max_retries + 1} attempts: "
                 f"{job.error!r} (the chaos trainer never fails by itself)"
             )
     if job.status == "pending" and outcomes and outcomes[-1] not in REQUEUED:
         findings.bad(f"{jid}: pending again, but its last attempt ended {outcomes[-1]!r}")
+
+
+def _out_of_retries(job: JobView, outcomes: list[str | None]) -> bool:
+    undelivered = outcomes.count("undelivered")
+    return job.attempts - undelivered == job.max_retries + 1 and "no retries left" in str(job.error)
+
+
+def _never_acknowledged(job: JobView, outcomes: list[str | None]) -> bool:
+    """Failed at the bound on undelivered dispatches (its last one ends ``failed``)."""
+    return outcomes.count("undelivered") == MAX_UNDELIVERED - 1 and str(job.error).startswith(
+        f"dispatched {MAX_UNDELIVERED} times and never acknowledged"
+    )
 
 
 def check_timeline(job: JobView, findings: Findings) -> None:

@@ -17,6 +17,7 @@ from tests.chaos.chaos_invariants import (
     TimelineEntry,
     check,
 )
+from tunefleet.fsm.job import MAX_UNDELIVERED
 
 T0 = 1_700_000_000.0
 W1, W2 = "w_one", "w_two"
@@ -232,6 +233,50 @@ def test_an_undelivered_attempt_is_requeued_and_spends_no_retry() -> None:
     assert any("failed after 2 of 1 attempts" in v for v in check(evidence).violations)
     evidence.jobs["j_1"] = replace_attempt(job, 1, reason=None)
     assert any("without a recorded reason" in v for v in check(evidence).violations)
+
+
+def never_acknowledged(job_id: str = "j_1", base: float = T0) -> JobView:
+    """Dispatched to W1 at +1, +2, ... and never acknowledged: requeued (undelivered)
+    until the bound-th dispatch fails it."""
+    n = MAX_UNDELIVERED
+    reason = f"worker {W1} did not acknowledge the dispatch within 60 s"
+    history = tuple(
+        AttemptView(
+            k, W1, base + k, None, base + k + 0.5, "undelivered" if k < n else "failed", reason
+        )
+        for k in range(1, n + 1)
+    )
+    timeline = [TimelineEntry(base, "submitted", None, None)]
+    for k in range(1, n + 1):
+        timeline.append(TimelineEntry(base + k, "dispatched", W1, k))
+        timeline.append(TimelineEntry(base + k + 0.5, "requeued" if k < n else "failed", W1, k))
+    return JobView(
+        job_id=job_id,
+        status="failed",
+        attempts=n,
+        max_retries=0,
+        worker_id=None,
+        error=f"dispatched {n} times and never acknowledged (last: {reason}); check ...",
+        history=history,
+        timeline=tuple(timeline),
+    )
+
+
+def test_failed_at_the_bound_on_never_acknowledged_dispatches() -> None:
+    job = never_acknowledged()
+    evidence = Evidence(
+        jobs={job.job_id: job},
+        accepted={job.job_id},
+        executions=[],
+        ledger=[],
+        killed_agent_pids=set(),
+    )
+    assert check(evidence).violations == []
+    # One undelivered dispatch short of the bound: it should have been sent again.
+    evidence.jobs["j_1"] = replace_attempt(job, 1, outcome="lost")
+    assert any("failed after" in v for v in check(evidence).violations)
+    evidence.jobs["j_1"] = dataclasses.replace(job, error="the trainer reported a failure")
+    assert any("failed after" in v for v in check(evidence).violations)
 
 
 def test_every_attempt_must_be_in_the_timeline() -> None:

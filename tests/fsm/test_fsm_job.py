@@ -1,5 +1,6 @@
 """The job lifecycle: every row of JOB_TRANSITIONS, every illegal event, the retry
-policy, the table checked against the contract's own wording, and random sequences."""
+policy and the bound on undelivered dispatches, the table checked against the contract's
+own wording, and random sequences."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tunefleet.fsm import (
     DEFAULT_MAX_RETRIES,
     JOB_LIFECYCLE,
     JOB_TRANSITIONS,
+    MAX_UNDELIVERED,
     TERMINAL_JOB_STATES,
     IllegalTransition,
     JobFsmMixin,
@@ -23,8 +25,20 @@ from tunefleet.fsm import (
 
 STATES = [state.value for state in JobState]
 EVENTS = sorted({row["trigger"] for row in JOB_TRANSITIONS})
-# (attempts, max_retries): fresh, on the last allowed attempt, past it, and no retries.
-WORLDS = [(0, 3), (2, 3), (3, 3), (4, 3), (0, 0), (1, 0)]
+# (attempts, max_retries, undelivered): fresh, on the last allowed attempt, past it, no
+# retries; with undelivered dispatches (spent no retry), and on the bound's last one.
+WORLDS = [
+    (0, 3, 0),
+    (2, 3, 0),
+    (3, 3, 0),
+    (4, 3, 0),
+    (0, 0, 0),
+    (1, 0, 0),
+    (2, 0, 1),
+    (5, 3, 1),
+    (MAX_UNDELIVERED, 0, MAX_UNDELIVERED - 1),
+    (MAX_UNDELIVERED, 3, MAX_UNDELIVERED),
+]
 
 
 class Job(JobFsmMixin):
@@ -34,22 +48,29 @@ class Job(JobFsmMixin):
         attempts: int = 0,
         max_retries: int = DEFAULT_MAX_RETRIES,
         job_id: str = "j_1",
+        undelivered: int = 0,
     ) -> None:
         self.job_id = job_id
         self.state = state
         self.attempts = attempts
         self.max_retries = max_retries
+        self.undelivered = undelivered
 
-    def facts(self) -> tuple[str, int, int]:
-        return (self.state, self.attempts, self.max_retries)
+    def facts(self) -> tuple[str, int, int, int]:
+        return (self.state, self.attempts, self.max_retries, self.undelivered)
 
 
-def contract(state: str, event: str, attempts: int, max_retries: int) -> tuple[str, int] | None:
+def contract(
+    state: str, event: str, attempts: int, max_retries: int, undelivered: int = 0
+) -> tuple[str, int] | None:
     """The contract's prose, written independently of the table: (new state, attempts)
-    or None when the event is illegal."""
+    or None when the event is illegal. ``undelivered`` counts the dispatches never
+    acknowledged (for a lose, the one being lost included): they spend no retry, and
+    the bound-th of them fails the job."""
     live = state in ("pending", "dispatched", "running")
+    spent = attempts - undelivered
     if event == "dispatch":
-        ok = state == "pending" and attempts < max_retries + 1
+        ok = state == "pending" and spent < max_retries + 1
         return ("dispatched", attempts + 1) if ok else None
     if event == "start":
         return ("running", attempts) if state == "dispatched" else None
@@ -60,7 +81,8 @@ def contract(state: str, event: str, attempts: int, max_retries: int) -> tuple[s
     if event == "lose":
         if state not in ("dispatched", "running"):
             return None
-        return ("pending" if attempts <= max_retries else "failed", attempts)
+        requeued = spent <= max_retries and undelivered < MAX_UNDELIVERED
+        return ("pending" if requeued else "failed", attempts)
     raise AssertionError(f"the contract has no job event {event}")
 
 
@@ -91,8 +113,8 @@ def test_each_row_moves_to_its_destination_whenever_its_guards_pass(
 ) -> None:
     row = JOB_TRANSITIONS[index]
     fired = 0
-    for attempts, max_retries in WORLDS:
-        job = Job(source, attempts, max_retries)
+    for attempts, max_retries, undelivered in WORLDS:
+        job = Job(source, attempts, max_retries, undelivered=undelivered)
         if not _row_applies(row, job):
             continue
         assert JOB_LIFECYCLE.can_fire(job, row["trigger"])
@@ -104,8 +126,8 @@ def test_each_row_moves_to_its_destination_whenever_its_guards_pass(
 
 @pytest.mark.parametrize(("state", "event"), ILLEGAL)
 def test_every_event_outside_the_table_is_illegal(state: str, event: str) -> None:
-    for attempts, max_retries in WORLDS:
-        job = Job(state, attempts, max_retries, job_id="j_12")
+    for attempts, max_retries, undelivered in WORLDS:
+        job = Job(state, attempts, max_retries, job_id="j_12", undelivered=undelivered)
         assert not JOB_LIFECYCLE.can_fire(job, event)
         with pytest.raises(IllegalTransition) as caught:
             JOB_LIFECYCLE.fire(job, event)
@@ -117,13 +139,15 @@ def test_every_event_outside_the_table_is_illegal(state: str, event: str) -> Non
             event,
         )
         assert str(error) == f"job j_12 is {state}; cannot {event} it"
-        assert job.facts() == (state, attempts, max_retries), "a refused event changes nothing"
+        assert job.facts() == (state, attempts, max_retries, undelivered), (
+            "a refused event changes nothing"
+        )
 
 
 @pytest.mark.parametrize(("state", "event"), sorted(ALLOWED))
 def test_at_most_one_row_applies_so_row_order_does_not_matter(state: str, event: str) -> None:
-    for attempts, max_retries in WORLDS:
-        job = Job(state, attempts, max_retries)
+    for attempts, max_retries, undelivered in WORLDS:
+        job = Job(state, attempts, max_retries, undelivered=undelivered)
         rows = [
             row
             for row in JOB_TRANSITIONS
@@ -134,13 +158,13 @@ def test_at_most_one_row_applies_so_row_order_does_not_matter(state: str, event:
 
 @pytest.mark.parametrize(("state", "event"), list(itertools.product(STATES, EVENTS)))
 def test_the_table_does_what_the_contract_says(state: str, event: str) -> None:
-    for attempts, max_retries in WORLDS:
-        job = Job(state, attempts, max_retries)
-        expected = contract(state, event, attempts, max_retries)
+    for attempts, max_retries, undelivered in WORLDS:
+        job = Job(state, attempts, max_retries, undelivered=undelivered)
+        expected = contract(state, event, attempts, max_retries, undelivered)
         if expected is None:
             with pytest.raises(IllegalTransition):
                 JOB_LIFECYCLE.fire(job, event)
-            assert job.facts() == (state, attempts, max_retries)
+            assert job.facts() == (state, attempts, max_retries, undelivered)
         else:
             assert JOB_LIFECYCLE.fire(job, event) == expected[0]
             assert (job.state, job.attempts) == expected
@@ -181,13 +205,38 @@ def test_a_lost_dispatch_that_was_never_acknowledged_also_counts() -> None:
     assert JOB_LIFECYCLE.fire(job, "lose") == "failed"
 
 
+def test_undelivered_dispatches_spend_no_retry_up_to_the_bound() -> None:
+    job = Job(max_retries=0)
+    for dispatch in range(1, MAX_UNDELIVERED):
+        JOB_LIFECYCLE.fire(job, "dispatch")
+        job.undelivered += 1  # never acknowledged: counted before the lose, as the actor does
+        assert JOB_LIFECYCLE.fire(job, "lose") == "pending"
+        assert (job.attempts, job.undelivered) == (dispatch, dispatch)
+    # The bound-th undelivered dispatch fails the job, retries or not.
+    JOB_LIFECYCLE.fire(job, "dispatch")
+    job.undelivered += 1
+    assert not job.may_requeue() and job.retries_left()
+    assert JOB_LIFECYCLE.fire(job, "lose") == "failed"
+    assert job.facts() == ("failed", MAX_UNDELIVERED, 0, MAX_UNDELIVERED)
+
+
+def test_an_acknowledged_attempt_lost_after_undelivered_ones_spends_the_retry() -> None:
+    job = Job(max_retries=0)
+    JOB_LIFECYCLE.fire(job, "dispatch")
+    job.undelivered += 1
+    assert JOB_LIFECYCLE.fire(job, "lose") == "pending"
+    JOB_LIFECYCLE.fire(job, "dispatch")
+    JOB_LIFECYCLE.fire(job, "start")
+    assert JOB_LIFECYCLE.fire(job, "lose") == "failed"  # its only attempt that ran
+
+
 def test_dispatch_past_the_limit_is_refused_and_counts_nothing() -> None:
     job = Job(attempts=4, max_retries=3)  # e.g. max_retries lowered after a restart
     assert job.retries_left() is False
     assert not JOB_LIFECYCLE.can_fire(job, "dispatch")
     with pytest.raises(IllegalTransition, match=r"^job j_1 is pending; cannot dispatch it$"):
         JOB_LIFECYCLE.fire(job, "dispatch")
-    assert job.facts() == ("pending", 4, 3)
+    assert job.facts() == ("pending", 4, 3, 0)
 
 
 def test_cancelling_a_completed_job_names_the_job_and_its_state() -> None:
@@ -205,11 +254,27 @@ class JobLifecycle(RuleBasedStateMachine):
         self.terminal_at: str | None = None
         self.dispatches = 0
 
-    # Ending events are rarer so that sequences live long enough to exhaust their retries.
+    # Ending events are rarer so that sequences live long enough to exhaust their retries
+    # and the bound on undelivered dispatches.
     @rule(event=st.sampled_from([*EVENTS, *["dispatch", "start", "lose"] * 3]))
     def fire(self, event: str) -> None:
+        self._fire(event)
+
+    @rule(times=st.integers(min_value=1, max_value=3))
+    def dispatch_undelivered(self, times: int) -> None:
+        """What the job actor does when a dispatch is never acknowledged (stream closed,
+        or acknowledgement timeout): count it, then lose it."""
+        for _ in range(times):
+            if self.job.state == "pending":
+                self._fire("dispatch")
+            if self.job.state != "dispatched":
+                return
+            self.job.undelivered += 1
+            self._fire("lose")
+
+    def _fire(self, event: str) -> None:
         before = self.job.facts()
-        expected = contract(before[0], event, before[1], before[2])
+        expected = contract(before[0], event, before[1], before[2], before[3])
         assert JOB_LIFECYCLE.can_fire(self.job, event) == (expected is not None)
         if expected is None:
             with pytest.raises(IllegalTransition):
@@ -231,7 +296,10 @@ class JobLifecycle(RuleBasedStateMachine):
     @invariant()
     def attempts_stay_within_the_retry_policy(self) -> None:
         assert self.job.attempts == self.dispatches
-        assert 0 <= self.job.attempts <= self.job.max_retries + 1
+        assert 0 <= self.job.attempts - self.job.undelivered <= self.job.max_retries + 1
+        assert 0 <= self.job.undelivered <= MAX_UNDELIVERED
+        if self.job.undelivered == MAX_UNDELIVERED:
+            assert self.job.state == "failed", "the bound-th undelivered dispatch fails it"
 
     @invariant()
     def ends_in_one_terminal_state_or_is_still_live(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from orchestrator_testkit import FakeAgent, FleetHarness, Storage
 
+from tunefleet.fsm.job import MAX_UNDELIVERED
 from tunefleet.storage.database import open_database
 from tunefleet.storage.store import Store
 
@@ -103,6 +104,32 @@ async def test_a_dispatch_the_agent_never_acknowledged_is_pushed_again(
     after = await harness.restart(5.0, agent)
     assert await after.job_state(job_id) == "dispatched"
     await agent.rejoin_and_run_pushed_job(job_id)
+
+
+async def test_unacknowledged_dispatches_still_spend_no_retry_after_a_restart(
+    harness: FleetHarness,
+) -> None:
+    """Read back from the timeline, like a closed stream's: a max_retries=0 job keeps
+    going, and the bound counts the dispatches before the restart too."""
+    agent = await harness.agent("w1")
+    job_id = await harness.submit(max_retries=0)
+    for _ in range(MAX_UNDELIVERED - 1):
+        assert await agent.heartbeat() is True
+        await harness.advance(harness.settings.dispatch_ack_timeout_s)
+    assert (await harness.job(job_id)).attempts == MAX_UNDELIVERED
+    assert await harness.job_state(job_id) == "dispatched"
+
+    after = await harness.restart(5.0, agent)
+    reply = await agent.register(current_job_id=None)  # it dropped the job_submit again
+    assert (reply["resume_job"], reply["abandon_job"]) == (None, None)
+    await agent.connect(None)
+    await after.settle()
+    assert agent.submitted_jobs()[-1] == job_id
+    await after.advance(after.settings.dispatch_ack_timeout_s)
+    job = await after.job(job_id)
+    assert job.state == "failed"
+    assert job.error is not None
+    assert job.error.startswith(f"dispatched {MAX_UNDELIVERED} times and never acknowledged")
 
 
 async def test_a_reconnecting_stream_gets_a_dispatch_pushed_again_after_a_restart(

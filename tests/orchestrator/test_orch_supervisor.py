@@ -5,7 +5,9 @@ workers. Each boundary is checked just before (nothing happens) and at the deadl
 from __future__ import annotations
 
 import pytest
-from orchestrator_testkit import FleetHarness, token_hash
+from orchestrator_testkit import FakeAgent, FleetHarness, token_hash
+
+from tunefleet.fsm.job import MAX_UNDELIVERED
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -117,8 +119,10 @@ async def test_when_retries_run_out_the_job_fails_naming_the_worker_and_the_limi
 async def test_an_unacknowledged_dispatch_goes_back_to_pending_and_is_sent_again(
     harness: FleetHarness,
 ) -> None:
+    """SimpleTuner's agent drops a job_submit that races its own completion report: the
+    dispatch was not delivered, and spends no retry (PROTOCOL.md, job_submit)."""
     agent = await harness.agent("w1")
-    job_id = await harness.submit()
+    job_id = await harness.submit(max_retries=0)
     ack_timeout = harness.settings.dispatch_ack_timeout_s
     assert agent.submitted_jobs() == [job_id]
 
@@ -127,18 +131,107 @@ async def test_an_unacknowledged_dispatch_goes_back_to_pending_and_is_sent_again
     assert agent.received("job_cancel") == []
 
     await harness.advance(EPS)
+    # The cancel stops an agent that did start it after all.
     [cancel] = agent.received("job_cancel")
     assert cancel.data["job_id"] == job_id
     job = await harness.job(job_id)
     assert (job.state, job.attempts, job.worker_id) == ("dispatched", 2, agent.worker_id)
     first = (await harness.attempts(job_id))[0]
-    assert first.outcome == "lost"
-    assert first.reason is not None and "did not acknowledge" in first.reason
+    assert first.outcome == "undelivered"
+    assert first.reason == f"worker {agent.worker_id} did not acknowledge the dispatch within 60 s"
+    requeued = [e for e in await harness.timeline(job_id) if e.kind == "requeued"]
+    assert [(e.attempt, e.detail) for e in requeued] == [
+        (1, {"reason": first.reason, "undelivered": True})
+    ]
+    [audit] = await harness.store.list_audit(kind="job.requeued", target=job_id)
+    assert audit.detail["reason"] == first.reason
     submits = agent.received("job_submit")
     assert [e.data["attempt"] for e in submits] == [1, 2]
-    # This time the agent acknowledges, and the job runs to its end.
+    # This time the agent acknowledges, and the job runs to its end: with max_retries=0,
+    # the unacknowledged dispatch spent no retry.
     await agent.run_to_completion(job_id)
     assert await harness.job_state(job_id) == "completed"
+
+
+async def _unacknowledged(harness: FleetHarness, agent: FakeAgent, times: int) -> None:
+    """Let ``times`` dispatches pass their acknowledgement timeout; the agent keeps beating,
+    idle, as one that dropped each job_submit would."""
+    for _ in range(times):
+        assert await agent.heartbeat() is True
+        await harness.advance(harness.settings.dispatch_ack_timeout_s)
+
+
+async def test_an_unacknowledged_dispatch_may_go_to_another_worker(
+    harness: FleetHarness,
+) -> None:
+    first = await harness.agent("first")
+    job_id = await harness.submit(max_retries=0)
+    assert first.submitted_jobs() == [job_id]
+    await harness.fleet.drain(first.worker_id, actor="admin")  # takes no new job
+    second = await harness.agent("second")
+    await _unacknowledged(harness, first, 1)
+    assert second.submitted_jobs() == [job_id]
+    await second.run_to_completion(job_id)
+    job = await harness.job(job_id)
+    assert (job.state, job.attempts) == ("completed", 2)
+    assert [a.outcome for a in await harness.attempts(job_id)] == ["undelivered", "completed"]
+
+
+async def test_a_job_never_acknowledged_fails_at_the_bound_on_undelivered_dispatches(
+    harness: FleetHarness,
+) -> None:
+    """An agent that takes every job_submit and never reports cannot bounce a job forever."""
+    agent = await harness.agent("w1")
+    job_id = await harness.submit(max_retries=3)
+    await _unacknowledged(harness, agent, MAX_UNDELIVERED - 1)
+    job = await harness.job(job_id)
+    assert (job.state, job.attempts) == ("dispatched", MAX_UNDELIVERED)
+
+    await _unacknowledged(harness, agent, 1)
+    job = await harness.job(job_id)
+    assert (job.state, job.attempts) == ("failed", MAX_UNDELIVERED)
+    last = f"worker {agent.worker_id} did not acknowledge the dispatch within 60 s"
+    assert job.error is not None
+    assert job.error.startswith(
+        f"dispatched {MAX_UNDELIVERED} times and never acknowledged (last: {last}); "
+        "check the agents of the workers it was sent to"
+    )
+    assert "logs" in job.error and "no retries left" not in job.error
+    outcomes = [a.outcome for a in await harness.attempts(job_id)]
+    assert outcomes == ["undelivered"] * (MAX_UNDELIVERED - 1) + ["failed"]
+    # Each unacknowledged dispatch was cancelled, in case the agent did start it.
+    cancels = [e.data["job_id"] for e in agent.received("job_cancel")]
+    assert cancels == [job_id] * MAX_UNDELIVERED
+    assert harness.job_actor(job_id) is None
+    assert harness.worker_state(agent.worker_id) == "idle"
+    [audit] = await harness.store.list_audit(kind="job.failed", target=job_id)
+    assert audit.detail["reason"] == job.error
+
+
+async def test_closed_streams_and_acknowledgement_timeouts_count_together_toward_the_bound(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit(max_retries=0)
+    for n in range(1, MAX_UNDELIVERED + 1):
+        assert (await harness.job(job_id)).attempts == n
+        if n % 2:
+            await _unacknowledged(harness, agent, 1)
+        else:
+            agent.close_stream()  # before acknowledging; back after the grace
+            await harness.settle()
+            await harness.advance(harness.settings.reconnect_grace_s + 1)
+            await agent.connect()
+            await harness.settle()
+    job = await harness.job(job_id)
+    assert job.state == "failed", job
+    assert job.error is not None
+    assert job.error.startswith(f"dispatched {MAX_UNDELIVERED} times and never acknowledged")
+    outcomes = [a.outcome for a in await harness.attempts(job_id)]
+    assert outcomes == ["undelivered"] * (MAX_UNDELIVERED - 1) + ["failed"]
+    reasons = [str(a.reason) for a in await harness.attempts(job_id)][:-1]
+    closed = [n % 2 == 0 for n in range(1, MAX_UNDELIVERED)]
+    assert ["did not reconnect" in r for r in reasons] == closed
 
 
 async def test_a_created_worker_that_never_registers_goes_offline_at_the_timeout(

@@ -333,6 +333,10 @@ class JobActor(JobFsmMixin, Actor):
         await self._requeue_or_fail(reason, self.ctx.clock.time())
 
     async def on_ack_timeout_expired(self, attempt: int) -> None:
+        """No report on this attempt within the acknowledgement timeout: not delivered, so
+        no retry spent. SimpleTuner's agent drops a job_submit that races its own
+        completion report; the job goes back to the queue. The cancel stops an agent that
+        did start it after all."""
         if self.state != JobState.DISPATCHED or attempt != self.attempts:
             return
         worker_id = self.worker_id
@@ -342,7 +346,7 @@ class JobActor(JobFsmMixin, Actor):
         )
         self._tell_worker(m.PushCancel(self.job_id, "dispatch not acknowledged"))
         self._release_worker(hold=False)
-        await self._requeue_or_fail(reason, self.ctx.clock.time())
+        await self._requeue_or_fail(reason, self.ctx.clock.time(), undelivered=True)
 
     async def on_not_delivered(self, msg: m.NotDelivered) -> None:
         """The worker's stream closed before it acknowledged this attempt and did not come
@@ -448,7 +452,14 @@ class JobActor(JobFsmMixin, Actor):
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             self._publish()
             return
-        error = f"{reason}; no retries left (max_retries={self.max_retries})"
+        if undelivered and not self.deliveries_left():
+            error = (
+                f"dispatched {self.undelivered} times and never acknowledged (last: {reason}); "
+                "check the agents of the workers it was sent to (its attempt history): "
+                "that they run, stay connected, and what their logs say about the job"
+            )
+        else:
+            error = f"{reason}; no retries left (max_retries={self.max_retries})"
         await self._record_end(JobState.FAILED, error, now, worker_id)
         await self._stop_self()
 

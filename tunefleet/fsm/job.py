@@ -1,11 +1,15 @@
 """The job lifecycle: states, the transition table, the retry policy and its guards.
 
-``attempts`` counts dispatches: ``dispatch`` increments it. A lost attempt (worker gone,
-or never acknowledged) puts the job back to pending while retries remain, so a job runs
-at most ``max_retries + 1`` times; after that it fails. A dispatch that never reached
-the worker (its stream closed before the acknowledgement, and it did not reconnect
-within the grace) is ``undelivered``: it keeps its attempt number, so reports on it are
-still told apart, but it does not count against ``max_retries``.
+``attempts`` counts dispatches: ``dispatch`` increments it. A lost attempt (its worker
+gone after acknowledging it) puts the job back to pending while retries remain, so a job
+runs at most ``max_retries + 1`` times; after that it fails. A dispatch that was never
+acknowledged (its stream closed before the acknowledgement and did not come back within
+the grace, or no report came within the acknowledgement timeout) is ``undelivered``: it
+keeps its attempt number, so reports on it are still told apart, but it does not count
+against ``max_retries``, since the job never started. SimpleTuner's agent drops a
+``job_submit`` that races its own completion report, and the job must not pay for that.
+So that an agent which takes jobs and never acknowledges one cannot bounce a job
+forever, the job fails at its ``MAX_UNDELIVERED``-th undelivered dispatch.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from typing import Any, Final, Literal, TypeAlias
 from tunefleet.fsm.lifecycle import Lifecycle
 
 DEFAULT_MAX_RETRIES: Final = 3
+# Undelivered dispatches (stream closed and acknowledgement timeout together) a job may
+# have in all: the last one fails it. A few cover a racing or reconnecting agent; more
+# means its workers' agents take jobs and never report on them.
+MAX_UNDELIVERED: Final = 5
 
 
 class JobState(StrEnum):
@@ -48,18 +56,19 @@ JOB_TRANSITIONS: tuple[dict[str, Any], ...] = (
     {"trigger": "start", "source": "dispatched", "dest": "running"},
     {"trigger": "complete", "source": "running", "dest": "completed"},
     {"trigger": "fail", "source": ["pending", "dispatched", "running"], "dest": "failed"},
-    # The worker was lost or never acknowledged: retry while retries remain, else fail.
+    # The worker was lost or never acknowledged: back to the queue while retries (and,
+    # for an undelivered dispatch, deliveries) remain, else fail.
     {
         "trigger": "lose",
         "source": ["dispatched", "running"],
         "dest": "pending",
-        "conditions": "retries_left",
+        "conditions": "may_requeue",
     },
     {
         "trigger": "lose",
         "source": ["dispatched", "running"],
         "dest": "failed",
-        "unless": "retries_left",
+        "unless": "may_requeue",
     },
     {"trigger": "cancel", "source": ["pending", "dispatched", "running"], "dest": "cancelled"},
 )
@@ -75,13 +84,22 @@ class JobFsmMixin:
     state: str
     attempts: int
     max_retries: int
-    undelivered: int = 0  # dispatches that never reached the worker (not retries)
+    undelivered: int = 0  # dispatches never acknowledged (not retries), this one included
 
     # --- guards -----------------------------------------------------------------------
 
     def retries_left(self) -> bool:
         """Whether another attempt is allowed (attempts counts the dispatches so far)."""
         return self.attempts - self.undelivered <= self.max_retries
+
+    def deliveries_left(self) -> bool:
+        """Whether the undelivered dispatches so far stay under the bound."""
+        return self.undelivered < MAX_UNDELIVERED
+
+    def may_requeue(self) -> bool:
+        """Whether a lost or undelivered attempt goes back to the queue (the caller counts
+        an undelivered one in ``undelivered`` first)."""
+        return self.retries_left() and self.deliveries_left()
 
     # --- effects: only the model's own counter, no I/O ---------------------------------
 
