@@ -20,9 +20,13 @@ from tunefleet.fsm.job import JobState
 
 def canonical_json(value: object) -> str:
     """One spelling per value (sorted keys, no spaces), so stored text and hashes are stable."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
+
+
+# json.dumps with these options builds an encoder per call; one serves every call.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 class ThreadBoundProxy(pw.DatabaseProxy):
@@ -76,6 +80,30 @@ class JsonField(pw.TextField):
         if value is None:
             return None
         return json.loads(value)
+
+
+def stored_as_is(field: pw.Field) -> type | None:
+    """The class whose values a field stores, and reads back, unchanged: its db_value and
+    python_value are the identity on them (peewee's adapt: ``str``, ``float``, ``int``,
+    ``bool``), so converting them is skipped. None: always convert (JSON, anything else)."""
+    if isinstance(field, pw.ForeignKeyField):
+        return stored_as_is(field.rel_field)
+    for base, kind in _AS_IS:
+        if isinstance(field, base) and all(
+            getattr(type(field), name) is getattr(base, name) for name in _CONVERTERS
+        ):
+            return kind
+    return None  # JsonField is a TextField with its own conversion: always converted
+
+
+_CONVERTERS = ("adapt", "db_value", "python_value")
+_AS_IS: tuple[tuple[type[pw.Field], type], ...] = (
+    (pw.CharField, str),
+    (pw.TextField, str),
+    (pw.FloatField, float),
+    (pw.IntegerField, int),  # exactly int: a bool is converted to 1 or 0
+    (pw.BooleanField, bool),
+)
 
 
 class BaseModel(pw.Model):

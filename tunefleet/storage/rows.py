@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import peewee as pw
 
+from tunefleet.storage.models import stored_as_is
+
 R = TypeVar("R")
 
 
@@ -197,26 +199,31 @@ def inserted(cls: type[R], model: type[pw.Model], stored: Mapping[str, Any]) -> 
     """The row an INSERT stored, built without reading it back: ``stored`` holds every
     field as the database does (statements.insert_row returns it), and each goes
     through its field's ``python_value``, as a read would (a float column gives a float,
-    JSON comes back parsed)."""
-    return cls(
-        **{
-            name: field.python_value(stored[field.name])
-            for name, field in _model_fields(cls, model)
-        }
-    )
+    JSON comes back parsed); a value its field reads back unchanged is taken as it is."""
+    values = {}
+    for name, field_name, kind, python_value in _model_fields(cls, model):
+        value = stored[field_name]
+        if value is not None and value.__class__ is not kind:
+            value = python_value(value)
+        values[name] = value
+    return cls(**values)
 
 
-_MODEL_FIELDS: dict[tuple[type, type], tuple[tuple[str, pw.Field], ...]] = {}
+_MODEL_FIELDS: dict[tuple[type, type], tuple[tuple[str, str, Any, Any], ...]] = {}
 
 
-def _model_fields(cls: type, model: type[pw.Model]) -> tuple[tuple[str, pw.Field], ...]:
-    """(row field name, model field) pairs; a foreign key `job` serves the row's `job_id`."""
+def _model_fields(cls: type, model: type[pw.Model]) -> tuple[tuple[str, str, Any, Any], ...]:
+    """(row field name, model field name, the class read back unchanged, python_value) for
+    each row field; a foreign key `job` serves the row's `job_id`."""
     key = (cls, model)
-    pairs = _MODEL_FIELDS.get(key)
-    if pairs is None:
+    columns = _MODEL_FIELDS.get(key)
+    if columns is None:
         fields = model._meta.fields
-        pairs = _MODEL_FIELDS[key] = tuple(
+        pairs = [
             (name, fields.get(name) or fields[name.removesuffix("_id")])
             for name in _field_names(cls)
+        ]
+        columns = _MODEL_FIELDS[key] = tuple(
+            (name, f.name, stored_as_is(f), f.python_value) for name, f in pairs
         )
-    return pairs
+    return columns

@@ -11,11 +11,12 @@ run on the calling thread's connection (``database_proxy``), inside its transact
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import peewee as pw
 
-from tunefleet.storage.models import database_proxy
+from tunefleet.storage.models import database_proxy, stored_as_is
 
 _SQL: dict[tuple[Any, ...], str] = {}
 
@@ -25,18 +26,83 @@ def insert_row(model: type[pw.Model], values: Mapping[str, Any]) -> dict[str, An
     for the others. Returns every field as the database holds it (each field's
     ``db_value``; JSON as text), the new id included: rows.inserted reads it as a row."""
     db = _database()
-    meta = model._meta
-    auto = meta.primary_key if isinstance(meta.primary_key, pw.AutoField) else None
-    fields = [f for f in meta.sorted_fields if f is not auto]
-    stored = {f.name: f.db_value(_value_or_default(f, values)) for f in fields}
-    key = ("insert", model, type(db))
-    sql = _SQL.get(key)
-    if sql is None:
-        sql = _SQL[key] = _insert_sql(db, meta.table_name, fields, auto)
-    cursor = db.execute_sql(sql, list(stored.values()))
-    if auto is not None:
-        stored[auto.name] = cursor.fetchone()[0] if db.returning_clause else cursor.lastrowid
+    plan = _INSERTS.get((model, type(db)))
+    if plan is None:
+        plan = _INSERTS[model, type(db)] = _InsertPlan(db, model)
+    stored = {}
+    for name, kind, db_value, default, stored_default in plan.columns:
+        value = values.get(name, _MISSING)
+        if value is _MISSING:
+            value = stored_default if stored_default is not _CALL else db_value(default())
+        elif value is not None and value.__class__ is not kind:
+            value = db_value(value)
+        stored[name] = value
+    cursor = db.execute_sql(plan.sql, list(stored.values()))
+    if plan.auto is not None:
+        stored[plan.auto] = cursor.fetchone()[0] if db.returning_clause else cursor.lastrowid
     return stored
+
+
+_MISSING: Any = object()
+_CALL: Any = object()  # a default computed afresh per row
+
+
+class _InsertPlan:
+    """One model's INSERT on one backend, worked out once: a job cycle inserts half a
+    dozen rows, and finding each field's default and converter again per row cost more
+    than SQLite takes to store it."""
+
+    __slots__ = ("auto", "columns", "sql")
+
+    def __init__(self, db: pw.Database, model: type[pw.Model]) -> None:
+        meta = model._meta
+        auto = meta.primary_key if isinstance(meta.primary_key, pw.AutoField) else None
+        fields = [f for f in meta.sorted_fields if f is not auto]
+        self.auto = auto.name if auto is not None else None
+        self.sql = _insert_sql(db, meta.table_name, fields, auto)
+        # (name, the class a value is stored as it is, db_value, default, stored default)
+        self.columns = tuple(
+            (f.name, stored_as_is(f), f.db_value, f.default, _stored_default(f)) for f in fields
+        )
+
+
+_INSERTS: dict[tuple[type[pw.Model], type[pw.Database]], _InsertPlan] = {}
+
+
+def _stored_default(field: pw.Field) -> Any:
+    """The default as stored, encoded once when it never changes (JSON ``{}`` and ``[]``
+    included); _CALL for one computed per row."""
+    default = field.default
+    if default in (dict, list):
+        return field.db_value(default())
+    return _CALL if callable(default) else field.db_value(default)
+
+
+def savepoint() -> AbstractContextManager[Any]:
+    """A savepoint around an INSERT that may hit a unique index, so the transaction
+    survives the conflict (PostgreSQL aborts it otherwise). Plain SQL, one fixed name:
+    peewee's own costs a uuid4 and its context objects per row, and savepoints of one
+    name nest (each statement names the newest). Outside a transaction: peewee's atomic,
+    which begins one."""
+    db = _database()
+    if not db.in_transaction():
+        return db.atomic()
+    return _Savepoint(db)
+
+
+class _Savepoint:
+    __slots__ = ("_db",)
+
+    def __init__(self, db: pw.Database) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute_sql("SAVEPOINT one_row")
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None:
+            self._db.execute_sql("ROLLBACK TO SAVEPOINT one_row")
+        self._db.execute_sql("RELEASE SAVEPOINT one_row")
 
 
 def update_where(

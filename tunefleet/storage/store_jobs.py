@@ -14,7 +14,6 @@ from tunefleet.storage.models import (
     JobAttempt,
     JobEvent,
     JobLog,
-    database_proxy,
 )
 from tunefleet.storage.rows import (
     JobAttemptRow,
@@ -25,7 +24,7 @@ from tunefleet.storage.rows import (
     inserted,
     rows_of,
 )
-from tunefleet.storage.statements import insert_row, update_where
+from tunefleet.storage.statements import insert_row, savepoint, update_where
 from tunefleet.storage.store_base import MAX_PAGE, Now, checked_fields, page, state_set
 
 JobOrder = Literal["newest", "seq"]
@@ -128,7 +127,7 @@ class JobRepo:
         for attempt in range(_SEQ_RETRIES):
             values["seq"] = self._next_seq or (Job.select(pw.fn.MAX(Job.seq)).scalar() or 0) + 1
             try:
-                with database_proxy.atomic():  # a savepoint: PostgreSQL survives the conflict
+                with savepoint():
                     stored = insert_row(Job, values)
                 break
             except pw.IntegrityError:
@@ -227,7 +226,7 @@ class JobRepo:
         when = self._now() if dispatched_at is None else dispatched_at
         values = attempt_values(job_id, number, worker_id, when)
         try:
-            with database_proxy.atomic():  # a savepoint: PostgreSQL survives the conflict
+            with savepoint():
                 stored = insert_row(JobAttempt, values)
         except pw.IntegrityError:
             clash = JobAttempt.select().where(JobAttempt.job == job_id, JobAttempt.number == number)
