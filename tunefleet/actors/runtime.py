@@ -15,6 +15,7 @@ from typing import ClassVar, TypeVar
 
 import structlog
 
+from tunefleet.actors.ask_deadlines import AskDeadlines
 from tunefleet.actors.clock import Clock
 from tunefleet.actors.errors import ActorError, ActorStopped, AskTimeout
 from tunefleet.actors.restart_policy import FailureCallback, RestartPolicy
@@ -49,11 +50,6 @@ def check_message(message: object) -> None:
     if not params.frozen:
         raise TypeError(f"message type {cls.__qualname__} must be declared @dataclass(frozen=True)")
     _MESSAGE_TYPES.add(cls)
-
-
-def _expire(reply: _Reply, actor: str, message: object, timeout_s: float) -> None:
-    if not reply.done():
-        reply.set_exception(AskTimeout(actor, type(message).__name__, timeout_s))
 
 
 class Actor:
@@ -128,11 +124,8 @@ class Actor:
         loop = asyncio.get_running_loop()
         reply: _Reply = loop.create_future()
         self._enqueue(message, reply)
-        timer = loop.call_later(timeout_s, _expire, reply, self.name, message, timeout_s)
-        try:
-            return await reply
-        finally:
-            timer.cancel()
+        self._owner().ask_deadlines.watch(loop, reply, self.name, message, timeout_s)
+        return await reply
 
     async def stop(self, drain: bool = True) -> None:
         """Stop accepting messages, then wait until the actor has stopped.
@@ -337,6 +330,7 @@ class ActorSystem:
     ) -> None:
         self.clock = clock
         self.restart_policy = RestartPolicy(clock, max_restarts, restart_window_s, on_actor_failed)
+        self.ask_deadlines = AskDeadlines()
         self._actors: dict[str, Actor] = {}
         self._closing = False
 
