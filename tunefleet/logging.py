@@ -17,6 +17,8 @@ from typing import Literal, TextIO
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from tunefleet.log_console import PlainConsoleRenderer
+
 LogFormat = Literal["console", "json"]
 
 # wt_ worker tokens, tf_ API tokens and ut_ upload tokens: prefix + URL-safe base64. The
@@ -114,7 +116,9 @@ def configure_logging(
     renderer: Processor = (
         structlog.processors.JSONRenderer(ensure_ascii=False)
         if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=_is_tty(target))
+        else structlog.dev.ConsoleRenderer(colors=True)
+        if _is_tty(target)
+        else PlainConsoleRenderer()
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[
