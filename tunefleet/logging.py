@@ -94,7 +94,18 @@ def _redact_item(key: object, value: object, depth: int) -> object:
 
 def redact_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """structlog processor: the last step before rendering."""
-    for key, value in list(event_dict.items()):
+    # Assigning to existing keys only: iterating the live items is safe.
+    for key, value in event_dict.items():
+        # The usual field, text or a number under an ordinary key, costs a type check
+        # and the three substring scans, not the general walk.
+        if type(key) is str and not is_secret_key(key):
+            kind = type(value)
+            if kind is str:
+                if _may_hold_token(value):
+                    event_dict[key] = redact_text(value)
+                continue
+            if value is None or kind is int or kind is float or kind is bool:
+                continue
         event_dict[key] = _redact_item(key, value, 0)
     return event_dict
 
