@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from orchestrator_testkit import FakeAgent, FleetHarness, Storage
 
+from tunefleet.actors import worker_actor
 from tunefleet.fsm.job import MAX_UNDELIVERED
 from tunefleet.storage.database import open_database
 from tunefleet.storage.store import Store
@@ -293,7 +294,8 @@ async def test_a_job_whose_worker_was_already_offline_at_the_restart_is_requeued
     spare = await harness.agent("spare")
     await harness.close()
     db = await open_database(None, harness.data_dir)
-    assert await Store(db).cas_worker_state(gone.worker_id, "busy", "offline")
+    # Its row says idle (written at registration; a dispatch does not write it).
+    assert await Store(db).cas_worker_state(gone.worker_id, "idle", "offline")
     await db.close()
     after = await harness.restart(5.0, gone, spare)
 
@@ -418,3 +420,90 @@ async def test_a_worker_freed_by_a_requeue_is_free_after_a_restart(
     assert await after.job_state(job_id) == "pending"
     reply = await agent.register(current_job_id=job_id)
     assert reply["abandon_job"] == job_id
+
+
+async def test_event_ids_keep_rising_across_a_restart_though_pushes_write_no_id(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ids are reserved in blocks ahead of use: the row always covers every id sent, a
+    push writes nothing, and a restart counts on from the reserved ceiling."""
+    monkeypatch.setattr(worker_actor, "EVENT_ID_BLOCK", 10)
+    monkeypatch.setattr(worker_actor, "EVENT_IDS_PER_MESSAGE", 3)
+    agent = await harness.agent("w1")
+    for _ in range(12):  # each drain pushes one event
+        await harness.fleet.drain(agent.worker_id, actor="admin")
+        await harness.fleet.resume(agent.worker_id, actor="admin")
+        await harness.settle()
+        agent.read()
+        row = await harness.store.get_worker(agent.worker_id)
+        seen = agent.last_event_id or 0
+        assert row is not None and seen <= row.last_event_id <= seen + 10
+    job_id = await harness.submit()
+    assert agent.submitted_jobs() == [job_id]
+    seen = agent.last_event_id
+    assert seen is not None and seen >= 12
+
+    after = await harness.restart(5.0, agent)
+    await agent.register(current_job_id=job_id)
+    await agent.connect(seen)
+    await after.fleet.cancel(job_id, actor="alice")
+    await after.settle()
+    [cancel] = agent.received("job_cancel")
+    assert (cancel.event_id or 0) > seen
+
+
+async def test_a_push_right_after_a_reservation_runs_out_waits_for_the_next_one(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reservation is written before the message that needs it is handled, so the
+    row is ahead of the stream even at the instant of a crash."""
+    monkeypatch.setattr(worker_actor, "EVENT_ID_BLOCK", 4)
+    monkeypatch.setattr(worker_actor, "EVENT_IDS_PER_MESSAGE", 2)
+    agent = await harness.agent("w1")
+    ceilings = set()
+    for _ in range(6):
+        job_id = await harness.submit()
+        [pushed] = [e for e in agent.received("job_submit") if e.data["job_id"] == job_id]
+        row = await harness.store.get_worker(agent.worker_id)
+        assert row is not None and (pushed.event_id or 0) <= row.last_event_id
+        ceilings.add(row.last_event_id)
+        await agent.run_to_completion(job_id)
+    assert len(ceilings) > 1, "reserved again as the block ran out"
+
+
+async def test_a_last_event_id_above_the_servers_gets_every_kept_event(
+    harness: FleetHarness,
+) -> None:
+    """An id this server never handed out (a database restored from a backup): the agent
+    is sent everything not yet acknowledged rather than nothing."""
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    agent.forget()
+    after = await harness.restart(5.0, agent)
+    await agent.connect(10**9)
+    await after.settle()
+    assert agent.submitted_jobs() == [job_id]
+
+
+async def test_no_event_goes_out_with_an_id_the_row_does_not_cover(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the next block cannot be reserved (a write refused), the message that would
+    need it fails before it is handled: nothing is sent under an unreserved id."""
+    monkeypatch.setattr(worker_actor, "EVENT_ID_BLOCK", 4)
+    monkeypatch.setattr(worker_actor, "EVENT_IDS_PER_MESSAGE", 2)
+    agent = await harness.agent("w1")
+
+    async def refused(worker_id: str, last_event_id: int) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(harness.ctx.persistence, "save_worker_event_id", refused)
+    with pytest.raises(OSError):
+        for _ in range(5):  # each drain pushes one event, until the block runs out
+            await harness.fleet.drain(agent.worker_id, actor="admin")
+            await harness.fleet.resume(agent.worker_id, actor="admin")
+    agent.read()
+    row = await harness.store.get_worker(agent.worker_id)
+    assert row is not None and agent.last_event_id is not None
+    assert agent.last_event_id <= row.last_event_id
+    assert harness.worker(agent.worker_id).outbox.last_event_id <= row.last_event_id

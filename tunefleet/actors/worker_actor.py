@@ -28,6 +28,15 @@ from tunefleet.protocol.fields import WorkerType
 
 log = structlog.get_logger(__name__)
 
+# SSE event ids are reserved in blocks: the worker's row holds the highest id its actor
+# may hand out, written before any id above it is used. A restart starts counting from
+# the row, so ids only ever go up (an agent's Last-Event-ID then never hides a newer
+# event) while pushing an event writes nothing.
+EVENT_ID_BLOCK = 1000
+# More ids than any one message uses (a drain and a shutdown, a job_submit): kept in
+# hand before each message is handled, so no push waits for a write.
+EVENT_IDS_PER_MESSAGE = 16
+
 
 class WorkerActor(WorkerFsmMixin, Actor):
     def __init__(self, ctx: FleetContext, record: WorkerRecord) -> None:
@@ -40,7 +49,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         self.drain_requested = record.drain_requested
         self.current_job_id = record.current_job_id
         self.outbox = Outbox(record.last_event_id)
-        self.saved_event_id = record.last_event_id
+        self.event_ids_reserved = record.last_event_id
         self.connection: StreamConnection | None = None
         self.force_replay_job: str | None = None
         # The job whose final report's response is not yet on the wire; no dispatch
@@ -87,15 +96,21 @@ class WorkerActor(WorkerFsmMixin, Actor):
     # --- message handling ------------------------------------------------------------
 
     async def receive(self, message: object) -> object:
+        if self.outbox.last_event_id + EVENT_IDS_PER_MESSAGE > self.event_ids_reserved:
+            await self._reserve_event_ids()
         reply = await self._handle(message)
-        if self.outbox.last_event_id != self.saved_event_id:
-            # Ids must not start over after a restart: an agent reconnecting with a
-            # Last-Event-ID it saw before would be denied the events pushed since.
-            await self.ctx.persistence.save_worker_event_id(
-                self.worker_id, self.outbox.last_event_id
-            )
-            self.saved_event_id = self.outbox.last_event_id
+        if self.outbox.last_event_id > self.event_ids_reserved:
+            # Never expected (one message uses a few ids); already sent, so reserve late.
+            log.warning("event ids used before reserved", worker_id=self.worker_id)
+            await self._reserve_event_ids()
         return reply
+
+    async def _reserve_event_ids(self) -> None:
+        # Ids must not start over after a restart: an agent reconnecting with a
+        # Last-Event-ID it saw before would be denied the events pushed since.
+        ceiling = self.outbox.last_event_id + EVENT_ID_BLOCK
+        await self.ctx.persistence.save_worker_event_id(self.worker_id, ceiling)
+        self.event_ids_reserved = ceiling
 
     async def _handle(self, message: object) -> object:
         match message:
@@ -347,8 +362,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if self.connection is None:
             # The stream closed between the reservation and this push: nobody read it.
             self.grace.start()
-        await self._persist(last_event_id=self.outbox.last_event_id)
-        self.saved_event_id = self.outbox.last_event_id
+        # No write of this worker's row: the dispatch is committed in the job table, which
+        # a restart reads to know who holds what (Fleet.start), and the event's id was
+        # reserved before this message.
 
     async def on_job_released(self, msg: m.JobReleased) -> None:
         if self.current_job_id != msg.job_id:
