@@ -507,3 +507,30 @@ async def test_no_event_goes_out_with_an_id_the_row_does_not_cover(
     assert row is not None and agent.last_event_id is not None
     assert agent.last_event_id <= row.last_event_id
     assert harness.worker(agent.worker_id).outbox.last_event_id <= row.last_event_id
+
+
+async def test_a_worker_whose_start_could_not_reserve_ids_reserves_at_its_first_message(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    persistence = harness.ctx.persistence
+    save = persistence.save_worker_event_id
+    refusals: list[str] = []
+
+    async def refused_once(worker_id: str, last_event_id: int) -> None:
+        if not refusals:
+            refusals.append(worker_id)
+            raise OSError("disk full")
+        await save(worker_id, last_event_id)
+
+    monkeypatch.setattr(persistence, "save_worker_event_id", refused_once)
+    worker_id = await harness.create_worker("w1")
+    await harness.settle()
+    assert refusals == [worker_id]
+    row = await harness.store.get_worker(worker_id)
+    assert row is not None and row.last_event_id == 0
+    assert harness.worker(worker_id).alive
+
+    await harness.fleet.drain(worker_id, actor="admin")  # its first event, after a reservation
+    row = await harness.store.get_worker(worker_id)
+    assert row is not None and row.last_event_id >= 1
+    assert harness.worker(worker_id).outbox.last_event_id <= row.last_event_id

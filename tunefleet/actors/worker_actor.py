@@ -171,6 +171,12 @@ class WorkerActor(WorkerFsmMixin, Actor):
             )
             self.heartbeat.extend(grace)
             self._announce()  # not connected yet, but wait reasons should know of it
+        try:
+            # Now, with every other worker's at a restart (they share write groups), not
+            # at whatever message comes first; receive() tries again if this fails.
+            await self._reserve_event_ids()
+        except Exception as error:
+            log.warning("event ids not reserved", worker_id=self.worker_id, error=str(error))
 
     async def on_stop(self) -> None:
         self.heartbeat.cancel()
