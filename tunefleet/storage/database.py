@@ -35,6 +35,7 @@ from tunefleet.errors import TunefleetError
 from tunefleet.storage.errors import DatabaseClosed, DatabaseUnavailable
 from tunefleet.storage.migrations import MigrationResult, migrate
 from tunefleet.storage.models import database_proxy
+from tunefleet.storage.statements import execute
 from tunefleet.storage.urls import (
     SQLITE_BUSY_TIMEOUT_MS,
     Backend,
@@ -346,15 +347,15 @@ class Database:
         for number, call in enumerate(group):
             # A savepoint each, so a failing write undoes only itself. Plain SQL: peewee's
             # savepoints cost a uuid4 and a context object apiece.
-            database.execute_sql(f"SAVEPOINT w{number}")
+            execute(database, f"SAVEPOINT w{number}")
             try:
                 outcomes.append((True, call.fn()))
             except Exception as exc:
-                database.execute_sql(f"ROLLBACK TO SAVEPOINT w{number}")
+                execute(database, f"ROLLBACK TO SAVEPOINT w{number}")
                 self._failed_writes += 1
                 outcomes.append((False, exc))
                 self._rolled_back()
-            database.execute_sql(f"RELEASE SAVEPOINT w{number}")
+            execute(database, f"RELEASE SAVEPOINT w{number}")
 
     def _run_alone(self, call: _Call, transaction: Any) -> tuple[bool, Any]:
         """A group of one needs no savepoint (two statements, two round trips on

@@ -37,7 +37,7 @@ def insert_row(model: type[pw.Model], values: Mapping[str, Any]) -> dict[str, An
         elif value is not None and value.__class__ is not kind:
             value = db_value(value)
         stored[name] = value
-    cursor = db.execute_sql(plan.sql, list(stored.values()))
+    cursor = execute(db, plan.sql, list(stored.values()))
     if plan.auto is not None:
         stored[plan.auto] = cursor.fetchone()[0] if db.returning_clause else cursor.lastrowid
     return stored
@@ -97,12 +97,12 @@ class _Savepoint:
         self._db = db
 
     def __enter__(self) -> None:
-        self._db.execute_sql("SAVEPOINT one_row")
+        execute(self._db, "SAVEPOINT one_row")
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is not None:
-            self._db.execute_sql("ROLLBACK TO SAVEPOINT one_row")
-        self._db.execute_sql("RELEASE SAVEPOINT one_row")
+            execute(self._db, "ROLLBACK TO SAVEPOINT one_row")
+        execute(self._db, "RELEASE SAVEPOINT one_row")
 
 
 def update_where(
@@ -129,7 +129,7 @@ def update_where(
     params = [fields[name].db_value(value) for name, value in changes.items()]
     params += [fields[name].db_value(value) for name, value in equal.items()]
     params += [fields[in_name].db_value(value) for value in in_values]
-    return int(db.execute_sql(sql, params).rowcount)
+    return int(execute(db, sql, params).rowcount)
 
 
 def update_each(
@@ -165,7 +165,7 @@ def select_where(
         where = " AND ".join(f"{_quoted(db, fields[n].column_name)} = {db.param}" for n in equal)
         sql = _SQL[key] = f"SELECT {names} FROM {_quoted(db, model._meta.table_name)} WHERE {where}"
     params = [fields[name].db_value(value) for name, value in equal.items()]
-    return list(db.execute_sql(sql, params).fetchall())
+    return list(execute(db, sql, params).fetchall())
 
 
 def delete_where(model: type[pw.Model], *, equal: Mapping[str, Any]) -> int:
@@ -178,7 +178,21 @@ def delete_where(model: type[pw.Model], *, equal: Mapping[str, Any]) -> int:
         where = " AND ".join(f"{_quoted(db, fields[n].column_name)} = {db.param}" for n in equal)
         sql = _SQL[key] = f"DELETE FROM {_quoted(db, model._meta.table_name)} WHERE {where}"
     params = [fields[name].db_value(value) for name, value in equal.items()]
-    return int(db.execute_sql(sql, params).rowcount)
+    return int(execute(db, sql, params).rowcount)
+
+
+def execute(db: pw.Database, sql: str, params: Sequence[Any] = ()) -> Any:
+    """Run ``sql`` on a new cursor of ``db``'s connection, within its transaction; the
+    cursor. What peewee's execute_sql does, but its per-statement debug logging and
+    query-hook checks (tunefleet uses neither): a job cycle runs some thirty statements.
+    Errors come out as peewee's (IntegrityError...), which the callers catch."""
+    with _AS_PEEWEE_ERRORS:
+        cursor = db.connection().cursor()
+        cursor.execute(sql, params)
+    return cursor
+
+
+_AS_PEEWEE_ERRORS = pw.__exception_wrapper__  # type: ignore[attr-defined]  # not in the stubs
 
 
 def _database() -> pw.Database:
