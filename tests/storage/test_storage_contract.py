@@ -138,6 +138,41 @@ async def test_seq_orders_submissions(store: Store) -> None:
     assert seqs == sorted(seqs) and len(set(seqs)) == 5
 
 
+async def test_an_insert_without_the_row_back_stores_what_its_row_returning_twin_does(
+    store: Store,
+) -> None:
+    # The actors' commits use insert/insert_attempt/insert_event; reads must not tell.
+    fields: dict[str, Any] = {
+        "config": {"lr": 1},
+        "worker_labels": {"gpu": "a100"},
+        "submitted_at": 5,
+    }
+
+    def both(repos: Repos) -> tuple[int, int]:
+        created = repos.jobs.create("j_1", **fields)
+        repos.jobs.start_attempt("j_1", 1, worker_id="w_1", dispatched_at=6)
+        repos.jobs.append_event("j_1", "dispatched", attempt=1, detail={"n": (1, 2)}, at=7)
+        seq = repos.jobs.insert("j_2", **fields)
+        repos.jobs.insert_attempt("j_2", 1, worker_id="w_1", dispatched_at=6)
+        repos.jobs.insert_event("j_2", "dispatched", attempt=1, detail={"n": (1, 2)}, at=7)
+        return created.seq, seq
+
+    first, second = await store.atomically(both)
+    assert second == first + 1
+    one, two = await store.get_job("j_1"), await store.get_job("j_2")
+    assert one is not None and two is not None
+    assert replace(two, id="j_1", seq=first) == one
+    attempts = [await store.list_attempts(job) for job in ("j_1", "j_2")]
+    assert [replace(a, id=0, job_id="") for a in attempts[0]] == [
+        replace(a, id=0, job_id="") for a in attempts[1]
+    ]
+    events = [await store.list_job_events(job) for job in ("j_1", "j_2")]
+    assert [replace(e, id=0, job_id="") for e in events[0]] == [
+        replace(e, id=0, job_id="") for e in events[1]
+    ]
+    assert events[1][0].detail == {"n": [1, 2]} and events[1][0].at == 7.0
+
+
 async def test_a_failed_write_keeps_nothing_and_the_next_one_works(store: Store) -> None:
     await store.create_job("j_1", config={})
     await store.append_audit("first")

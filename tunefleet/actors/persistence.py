@@ -111,7 +111,7 @@ def job_record(row: JobRow) -> JobRecord:
 def _insert_submitted(repos: Repos, rec: JobRecord, **placed: Any) -> int:
     """The job row and its "submitted" timeline entry; its seq. ``placed``: the state and
     dispatch columns of a job stored already dispatched."""
-    row = repos.jobs.create(
+    seq = repos.jobs.insert(
         rec.job_id,
         config=rec.config,
         name=rec.name,
@@ -131,13 +131,13 @@ def _insert_submitted(repos: Repos, rec: JobRecord, **placed: Any) -> int:
         submitted_at=rec.submitted_at,
         **placed,
     )
-    repos.jobs.append_event(
+    repos.jobs.insert_event(
         rec.job_id,
         "submitted",
         detail={"by": rec.submitted_by, "target": rec.target},
         at=rec.submitted_at,
     )
-    return row.seq
+    return seq
 
 
 class Persistence:
@@ -271,10 +271,10 @@ class Persistence:
                 dispatched_at=now,
             )
             stored_submitted = repos.audit.append(**submitted.row())
-            repos.jobs.start_attempt(rec.job_id, attempt, worker_id=worker_id, dispatched_at=now)
+            repos.jobs.insert_attempt(rec.job_id, attempt, worker_id=worker_id, dispatched_at=now)
             if upload_token_hash is not None:
                 repos.artifacts.add_token(rec.job_id, attempt, upload_token_hash)
-            repos.jobs.append_event(
+            repos.jobs.insert_event(
                 rec.job_id, JobState.DISPATCHED, worker_id=worker_id, attempt=attempt, at=now
             )
             return seq, stored_submitted, repos.audit.append(**dispatched.row())
@@ -305,11 +305,11 @@ class Persistence:
             )
             if not moved:
                 raise Conflict(f"job {rec.job_id} is no longer pending")
-            repos.jobs.start_attempt(rec.job_id, attempt, worker_id=worker_id, dispatched_at=now)
+            repos.jobs.insert_attempt(rec.job_id, attempt, worker_id=worker_id, dispatched_at=now)
             if upload_token_hash is not None:
                 # The attempt's upload credential exists exactly when the dispatch does.
                 repos.artifacts.add_token(rec.job_id, attempt, upload_token_hash)
-            repos.jobs.append_event(
+            repos.jobs.insert_event(
                 rec.job_id, JobState.DISPATCHED, worker_id=worker_id, attempt=attempt, at=now
             )
             return repos.audit.append(**event.row())
@@ -322,7 +322,7 @@ class Persistence:
         def start(repos: Repos) -> None:
             repos.jobs.cas_state(job_id, JobState.DISPATCHED, JobState.RUNNING, started_at=now)
             repos.jobs.ack_attempt(job_id, attempt, started_at=now)
-            repos.jobs.append_event(job_id, "started", worker_id=worker_id, attempt=attempt, at=now)
+            repos.jobs.insert_event(job_id, "started", worker_id=worker_id, attempt=attempt, at=now)
 
         await self.store.atomically(start)
 
@@ -397,7 +397,7 @@ class Persistence:
                 progress=None,
             )
             repos.jobs.end_attempt(job_id, attempt, outcome=outcome, reason=reason, ended_at=now)
-            repos.jobs.append_event(
+            repos.jobs.insert_event(
                 job_id,
                 "requeued",
                 worker_id=worker_id,
@@ -434,7 +434,7 @@ class Persistence:
             )
             if attempt > 0:
                 repos.jobs.end_attempt(job_id, attempt, outcome=state, reason=reason, ended_at=now)
-            repos.jobs.append_event(
+            repos.jobs.insert_event(
                 job_id,
                 str(state),
                 worker_id=worker_id,

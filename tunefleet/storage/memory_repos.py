@@ -233,6 +233,9 @@ class MemoryJobRepo(JobRepo):
         row = self._t.jobs[job_id] = stored_row(JobRow, Job, values)
         return fresh(row)
 
+    def insert(self, job_id: str, *, config: dict[str, Any], **fields: Any) -> int:
+        return self.create(job_id, config=config, **fields).seq
+
     def get(self, job_id: str) -> JobRow | None:
         row = self._t.jobs.get(job_id)
         return fresh(row) if row is not None else None
@@ -326,6 +329,11 @@ class MemoryJobRepo(JobRepo):
         row = self._t.attempts[(job_id, number)] = stored_row(JobAttemptRow, JobAttempt, values)
         return fresh(row)
 
+    def insert_attempt(
+        self, job_id: str, number: int, *, worker_id: str | None, dispatched_at: float | None = None
+    ) -> None:
+        self.start_attempt(job_id, number, worker_id=worker_id, dispatched_at=dispatched_at)
+
     def ack_attempt(self, job_id: str, number: int, *, started_at: float | None = None) -> bool:
         row = self._t.attempts.get((job_id, number))
         if row is None or row.started_at is not None or row.ended_at is not None:
@@ -375,6 +383,18 @@ class MemoryJobRepo(JobRepo):
         when = self._now() if at is None else at
         values = event_values(job_id, kind, worker_id, attempt, detail, when)
         return fresh(self._t.insert("job_events", JobEventRow, JobEvent, values))
+
+    def insert_event(
+        self,
+        job_id: str,
+        kind: str,
+        *,
+        worker_id: str | None = None,
+        attempt: int | None = None,
+        detail: dict[str, Any] | None = None,
+        at: float | None = None,
+    ) -> None:
+        self.append_event(job_id, kind, worker_id=worker_id, attempt=attempt, detail=detail, at=at)
 
     def events(self, job_id: str, *, after_id: int = 0, limit: int = MAX_PAGE) -> list[JobEventRow]:
         limit, _ = page(limit, 0)
