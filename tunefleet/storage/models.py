@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 import peewee as pw
@@ -20,13 +21,19 @@ from tunefleet.fsm.job import JobState
 
 def canonical_json(value: object) -> str:
     """One spelling per value (sorted keys, no spaces), so stored text and hashes are stable."""
-    return _CANONICAL.encode(value)
+    if c_make_encoder is None:  # a Python without the json accelerator
+        return _CANONICAL.encode(value)
+    # What _CANONICAL.encode runs, without its per-call Python set-up (a closure, option
+    # lookups): a job cycle encodes some fifteen values. The markers dict is new each
+    # call, so a circular value is still refused.
+    encode = c_make_encoder({}, _DEFAULT, encode_basestring, None, ":", ",", True, False, False)
+    return "".join(encode(value, 0))
 
 
-# json.dumps with these options builds an encoder per call; one serves every call.
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+_DEFAULT = _CANONICAL.default  # refuses what JSON cannot hold, as json.dumps does
 
 
 class ThreadBoundProxy(pw.DatabaseProxy):
