@@ -117,19 +117,30 @@ def update_where(
     ``one_of`` field is one of its values and the ``null`` fields are NULL: the compare-
     and-set the repositories need. Returns the number of rows changed."""
     db = _database()
-    fields = model._meta.fields
     in_name, in_values = one_of if one_of is not None else ("", ())
     if one_of is not None and not in_values:
         raise ValueError(f"{in_name} must be one of at least one value")
     key: tuple[Any, ...] = ("update", model, type(db), tuple(changes), tuple(equal))
     key += (in_name, len(in_values), *null)
-    sql = _SQL.get(key)
-    if sql is None:
-        sql = _SQL[key] = _update_sql(db, model, changes, equal, in_name, len(in_values), null)
-    params = [fields[name].db_value(value) for name, value in changes.items()]
-    params += [fields[name].db_value(value) for name, value in equal.items()]
-    params += [fields[in_name].db_value(value) for value in in_values]
+    plan = _UPDATES.get(key)
+    if plan is None:
+        sql = _update_sql(db, model, changes, equal, in_name, len(in_values), null)
+        names = (*changes, *equal, *[in_name] * len(in_values))
+        fields = model._meta.fields
+        converters = tuple((stored_as_is(fields[n]), fields[n].db_value) for n in names)
+        plan = _UPDATES[key] = (sql, converters)
+    sql, converters = plan
+    # Each value through its field's db_value, but those it would store unchanged.
+    params = [
+        value if value is None or value.__class__ is kind else db_value(value)
+        for (kind, db_value), value in zip(
+            converters, (*changes.values(), *equal.values(), *in_values), strict=True
+        )
+    ]
     return int(execute(db, sql, params).rowcount)
+
+
+_UPDATES: dict[tuple[Any, ...], tuple[str, tuple[tuple[type | None, Any], ...]]] = {}
 
 
 def update_each(

@@ -40,12 +40,12 @@ def checked_fields(
     Unknown names are a programming error (a typo would silently store nothing), and
     the forbidden ones (ids, `state`) have their own operation (create, CAS).
     """
-    known = model._meta.fields
-    unknown = sorted(name for name in fields if name not in known)
+    names = fields.keys()
+    unknown = names - model._meta.fields.keys()
     if unknown:
-        raise TypeError(f"{model.__name__} has no field(s) {', '.join(unknown)}")
-    blocked = sorted(name for name in fields if name in forbidden)
-    if blocked:
+        raise TypeError(f"{model.__name__} has no field(s) {', '.join(sorted(unknown))}")
+    if not names.isdisjoint(forbidden):
+        blocked = sorted(name for name in names if name in forbidden)
         raise TypeError(f"{model.__name__} field(s) {', '.join(blocked)} cannot be set here")
     return dict(fields)
 
