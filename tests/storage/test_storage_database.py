@@ -488,9 +488,11 @@ async def test_a_lone_write_runs_without_a_savepoint_a_group_with_one_each(
         await db.write(_insert_worker("w_alone"))
         assert not [s for s in statements if "SAVEPOINT" in s]
         await _make_concurrent(db)
+        # One name for every write of a group (each released before the next), so a big
+        # group adds no statement texts to sqlite3's prepared-statement cache.
         assert [s for s in statements if s.startswith("SAVEPOINT")] == [
-            "SAVEPOINT w0",
-            "SAVEPOINT w1",
+            "SAVEPOINT write",
+            "SAVEPOINT write",
         ]
     finally:
         await db.close()
