@@ -150,13 +150,21 @@ def update_each(
     columns' values, then the key's), as one statement run for all of them: many
     workers' heartbeats in one write. Returns the number of rows changed."""
     db = _database()
-    fields = model._meta.fields
-    names = (*columns, key)
     sql_key = ("update", model, type(db), tuple(columns), (key,), "", 0)
-    sql = _SQL.get(sql_key)
-    if sql is None:
-        sql = _SQL[sql_key] = _update_sql(db, model, columns, (key,), "", 0, ())
-    params = [[fields[n].db_value(v) for n, v in zip(names, row, strict=True)] for row in rows]
+    plan = _UPDATES.get(sql_key)
+    if plan is None:
+        sql = _update_sql(db, model, columns, (key,), "", 0, ())
+        fields = model._meta.fields
+        converters = tuple((stored_as_is(fields[n]), fields[n].db_value) for n in (*columns, key))
+        plan = _UPDATES[sql_key] = (sql, converters)
+    sql, converters = plan
+    params = [
+        [
+            value if value is None or value.__class__ is kind else db_value(value)
+            for (kind, db_value), value in zip(converters, row, strict=True)
+        ]
+        for row in rows
+    ]
     cursor = db.cursor()
     cursor.executemany(sql, params)
     return int(cursor.rowcount)
