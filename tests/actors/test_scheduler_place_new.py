@@ -39,9 +39,20 @@ class Ctx:
 async def _place_new(
     fleet: list[WorkerView], pending: list[PendingJob], new: Requirements
 ) -> tuple[str | None, dict[str, OfferedJob]]:
+    placed, jobs, _ = await _place_then_queue(fleet, pending, new)
+    return placed, jobs
+
+
+async def _place_then_queue(
+    fleet: list[WorkerView], pending: list[PendingJob], new: Requirements
+) -> tuple[str | None, dict[str, OfferedJob], tuple[object, object] | None]:
     """Workers and pending jobs told to a live scheduler, and the new job's placement
-    asked right behind them, before the pass they make it owe has run on its own."""
+    asked right behind them, before the pass they make it owe has run on its own. When
+    it must wait: the reason it was given, and the answer to queueing it (as a
+    submission does once it is stored), then what QueuePlace says."""
     ctx = Ctx({job.job_id: OfferedJob() for job in pending})
+    new_job = PendingJob("j_new", 0, 10_000, new)
+    ctx.jobs[new_job.job_id] = OfferedJob()
     system = ActorSystem(FakeClock())
     scheduler = system.spawn(Scheduler(cast(FleetContext, ctx)))
     try:
@@ -49,9 +60,13 @@ async def _place_new(
             scheduler.tell(m.JobWaiting(job))
         for worker in fleet:
             scheduler.tell(m.WorkerChanged(worker.worker_id, worker, schedulable=True))
-        new_job = PendingJob("j_new", 0, 10_000, new)
-        placed = cast(str | None, await scheduler.ask(m.PlaceNewJob(new_job)))
-        return placed, ctx.jobs
+        placed = await scheduler.ask(m.PlaceNewJob(new_job))
+        if isinstance(placed, str):
+            return placed, ctx.jobs, None
+        assert isinstance(placed, m.MustWait)
+        queued = await scheduler.ask(m.QueueNewJob(new_job))
+        assert queued == await scheduler.ask(m.QueuePlace(new_job.job_id))
+        return None, ctx.jobs, (placed.reason, queued)
     finally:
         await system.stop_all(drain=False)
 
@@ -81,7 +96,7 @@ def test_the_new_job_gets_the_best_worker_left_after_the_queue_had_its_turn(
     latest = {w.worker_id: w for w in fleet}  # a repeated id: its last view counts
     connected = [w for w in latest.values() if w.connected]
     owed = naive_plan(pending, connected)
-    offers = {job_id: job.offers for job_id, job in jobs.items()}
+    offers = {job_id: job.offers for job_id, job in jobs.items() if job_id != "j_new"}
     assert offers == {job.job_id: [w for j, w in owed if j == job.job_id] for job in pending}
     taken = {w for _, w in owed}
     left = [w for w in connected if w.worker_id not in taken]
@@ -91,3 +106,23 @@ def test_the_new_job_gets_the_best_worker_left_after_the_queue_had_its_turn(
         worker = next(w for w in left if w.worker_id == placed)
         still_pending = [job for job in pending if not offers[job.job_id]]
         assert all(unmet(job.requirements, worker) is not None for job in still_pending)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleet=fleets(), pending=job_mixes(), new=requirements())
+def test_a_job_that_must_wait_is_told_the_reason_and_place_it_has_once_queued(
+    fleet: list[WorkerView], pending: list[PendingJob], new: Requirements
+) -> None:
+    """The reason given before the job is stored (and stored with it) is the one the
+    queue gives once it is in: a wait reason depends on the fleet, not on the queue.
+    Queueing it never dispatches it (no idle worker fit it) and places it behind every
+    job still pending at its priority or above."""
+    placed, jobs, waited = asyncio.run(_place_then_queue(fleet, pending, new))
+    if placed is not None:
+        return
+    assert waited is not None
+    reason, (position, queued_reason) = waited[0], cast(tuple[object, object], waited[1])
+    assert queued_reason == reason
+    assert jobs["j_new"].offers == []
+    still_pending = [job for job in pending if not jobs[job.job_id].offers]
+    assert position == 1 + sum(1 for job in still_pending if job.priority >= 0)

@@ -14,6 +14,7 @@ from orchestrator_testkit import FleetHarness, Storage, job_record
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.events import HubEvent
+from tunefleet.actors.records import JobRecord
 from tunefleet.actors.runtime import Actor
 from tunefleet.actors.worker_actor import WorkerActor
 
@@ -145,11 +146,128 @@ async def test_a_job_no_free_worker_fits_is_queued_then_dispatched_in_a_write_of
     job = await harness.job(job_id)
     assert job.state == "pending"
     assert job.wait_reason is not None and "needs 2" in job.wait_reason
-    assert harness.db.stats.writes - before == 2  # the job, then its wait reason (as before)
+    assert harness.db.stats.writes - before == 1  # the job, its wait reason stored with it
 
     big = await harness.agent("big", gpu={"name": "A100", "vram_gb": 80.0, "count": 2})
     assert big.submitted_jobs() == [job_id]
     assert await harness.timeline_kinds(job_id) == ["submitted", "dispatched"]
+
+
+async def test_a_queued_submission_is_one_write_and_one_ask_after_it(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No worker fits: the scheduler's no says why, and that reason is stored with the
+    job; one ask then queues it and answers its place. The job's actor is not asked."""
+    await harness.agent("small")
+    await harness.submit(gpu_count=2)  # one ahead of it, same priority
+    asked: list[str] = []
+    ask = Actor.ask
+
+    async def counting_ask(self: Actor, message: object, timeout_s: float = 5.0) -> object:
+        asked.append(type(message).__name__)
+        return await ask(self, message, timeout_s)
+
+    monkeypatch.setattr(Actor, "ask", counting_ask)
+    before = harness.db.stats
+    with harness.ctx.hub.subscribe(frozenset({"job"})) as events:
+        reply = await harness.fleet.submit(job_record(gpu_count=2), actor="tester")
+        published = events.queue.get_nowait()
+    await harness.settle()
+    assert harness.db.stats.writes - before.writes == 1
+    assert harness.db.stats.write_groups - before.write_groups == 1
+    assert asked == ["PlaceNewJob", "QueueNewJob"]
+    job_id = str(reply["job_id"])
+    job = await harness.job(job_id)
+    assert job.wait_reason is not None and "needs 2" in job.wait_reason
+    assert reply == {
+        "success": True,
+        "job_id": job_id,
+        "status": "pending",
+        "allocated_worker_id": None,
+        "queue_position": 2,
+        "reason": job.wait_reason,
+        "error": None,
+    }
+    assert published.data == {"job_id": job_id, "status": "pending"}
+    assert await harness.fleet.position(job_id) == {
+        "job_id": job_id,
+        "position": 2,
+        "status": "pending",
+        "reason": job.wait_reason,
+    }
+    kinds = [e.kind for e in await harness.store.list_audit(target=job_id, newest_first=False)]
+    assert kinds == ["job.submitted"]
+
+
+async def test_a_worker_free_between_the_placement_and_the_queueing_is_in_the_answer(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its stream opens while the job is being written: the queueing's pass dispatches
+    the job, and the answer says so with the worker, as the job's actor has it."""
+    agent = await harness.agent("w1", connect=False)
+    create_job = harness.ctx.persistence.create_job
+
+    async def connect_meanwhile(*args: object) -> object:
+        stored = await create_job(*args)  # type: ignore[arg-type]
+        await agent.connect()
+        return stored
+
+    monkeypatch.setattr(harness.ctx.persistence, "create_job", connect_meanwhile)
+    reply = await harness.fleet.submit(job_record(), actor="tester")
+    await harness.settle()
+    job_id = str(reply["job_id"])
+    assert (reply["status"], reply["allocated_worker_id"]) == ("dispatched", agent.worker_id)
+    assert (reply["queue_position"], reply["reason"]) == (None, None)
+    assert agent.submitted_jobs() == [job_id]
+    job = await harness.job(job_id)
+    assert (job.state, job.wait_reason) == ("dispatched", None)  # the dispatch cleared it
+
+
+async def test_a_reason_changed_before_the_queueing_is_stored_as_answered(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that cannot take it connects while it is being written: the reason the
+    answer gives (and the queue shows) replaces the one stored, in a write of its own."""
+    small = await harness.agent("small", connect=False)
+    create_job = harness.ctx.persistence.create_job
+    stored_reasons: list[str | None] = []
+
+    async def connect_meanwhile(rec: JobRecord, *args: object) -> object:
+        stored = await create_job(rec, *args)  # type: ignore[arg-type]
+        stored_reasons.append(rec.wait_reason)
+        await small.connect()
+        return stored
+
+    monkeypatch.setattr(harness.ctx.persistence, "create_job", connect_meanwhile)
+    before = harness.db.stats.writes
+    reply = await harness.fleet.submit(job_record(gpu_count=2), actor="tester")
+    await harness.settle()
+    assert stored_reasons[0] is not None and "needs 2" not in stored_reasons[0]
+    assert reply["status"] == "pending" and reply["queue_position"] == 1
+    assert reply["reason"] is not None and "needs 2" in str(reply["reason"])
+    job = await harness.job(str(reply["job_id"]))
+    assert job.wait_reason == reply["reason"]
+    assert harness.db.stats.writes - before == 2
+
+
+async def test_a_queued_jobs_stored_reason_survives_a_restart_until_it_is_dispatched(
+    harness: FleetHarness,
+) -> None:
+    small = await harness.agent("small")
+    job_id = await harness.submit(gpu_count=2)
+    reason = (await harness.job(job_id)).wait_reason
+    assert reason is not None and "needs 2" in reason
+    after = await harness.restart(5.0, small)
+
+    assert await after.job_state(job_id) == "pending"
+    assert (await after.job(job_id)).wait_reason == reason
+    await small.connect()
+    await after.settle()
+    assert (await after.fleet.position(job_id))["reason"] == reason
+    big = await after.agent("big", gpu={"name": "A100", "vram_gb": 80.0, "count": 2})
+    assert big.submitted_jobs() == [job_id]
+    job = await after.job(job_id)
+    assert (job.state, job.wait_reason) == ("dispatched", None)
 
 
 async def test_a_new_job_does_not_take_a_worker_an_older_pending_job_fits(

@@ -341,40 +341,27 @@ class Fleet:
             target_kind=rec.target,
         )
         job = JobActor(self.ctx, rec)
-        worker = await self._reserve_for_new_job(job)
-        reason: str | None = None
-        if worker is not None:
+        placement = await self._reserve_for_new_job(job)
+        if isinstance(placement, WorkerActor):
             # Shielded: a caller gone mid-commit must not leave the job stored and
             # its worker reserved with nobody to push it.
-            await asyncio.shield(self._submit_placed(job, worker, event))
+            await asyncio.shield(self._submit_placed(job, placement, event))
             # What this submission stored is the answer: no ask to the job (it may be
             # busy with its worker's first report already) nor to the scheduler.
             self.ctx.hub.publish("job", job_id=rec.job_id, status=JobState.DISPATCHED)
-            return _submitted(rec.job_id, JobState.DISPATCHED, worker.worker_id, None, None)
-        else:
-            rec.seq, stored = await self.ctx.persistence.create_job(rec, event)
-            self._adopt_job(job)
-            # Schedule before the audit line is written: the dispatch commit need not wait.
-            self.ctx.scheduler.tell(m.JobWaiting(job.pending_view()))
-            await self.ctx.audit.recorded(event, stored)
-            reason = cast(str | None, await self.ctx.scheduler.ask(m.ExplainWait(rec.job_id)))
-            if reason is not None:
-                rec.wait_reason = reason
-                await self.ctx.persistence.save_wait_reason(rec.job_id, reason)
-        snapshot: dict[str, Any] = (
-            cast(dict[str, Any], await job.ask(m.Snapshot())) if job.alive else {"state": rec.state}
-        )
-        position = await self.position(rec.job_id)
-        self.ctx.hub.publish("job", job_id=rec.job_id, status=snapshot["state"])
-        return _submitted(
-            rec.job_id, snapshot["state"], snapshot.get("worker_id"), position["position"], reason
-        )
+            return _submitted(rec.job_id, JobState.DISPATCHED, placement.worker_id, None, None)
+        # Stored with the reason the scheduler gave: one write, not a second for it.
+        rec.wait_reason = placement
+        return await self._submit_queued(job, event)
 
-    async def _reserve_for_new_job(self, job: JobActor) -> WorkerActor | None:
+    async def _reserve_for_new_job(self, job: JobActor) -> WorkerActor | str | None:
         """An idle worker reserved for a job not yet stored, when one fits and no older
-        pending job could take it (the scheduler decides); None: it queues as usual."""
-        worker_id = await self.ctx.scheduler.ask(m.PlaceNewJob(job.pending_view()))
-        worker = self.ctx.workers.get(worker_id) if isinstance(worker_id, str) else None
+        pending job could take it (the scheduler decides); else why the job will wait,
+        or None when that is not known yet (a reservation failed): it queues as usual."""
+        placement = await self.ctx.scheduler.ask(m.PlaceNewJob(job.pending_view()))
+        if isinstance(placement, m.MustWait):
+            return placement.reason
+        worker = self.ctx.workers.get(placement) if isinstance(placement, str) else None
         if worker is None:
             return None
         try:
@@ -385,6 +372,37 @@ class Fleet:
         # Declined: no longer free (its stream closed meanwhile). It tells the scheduler
         # when it is free again, as after any declined reservation.
         return worker if reserved else None
+
+    async def _submit_queued(self, job: JobActor, event: AuditEntry) -> dict[str, Any]:
+        """One commit for the job, then one ask that queues it and answers where it
+        stands; the job's actor is asked only when the scheduler dispatched it already."""
+        rec = job.rec
+        rec.seq, stored = await self.ctx.persistence.create_job(rec, event)
+        self._adopt_job(job)
+        # Queued before the audit line is written: the dispatch commit need not wait.
+        place, _ = await asyncio.gather(
+            self.ctx.scheduler.ask(m.QueueNewJob(job.pending_view())),
+            self.ctx.audit.recorded(event, stored),
+        )
+        position, reason = cast(tuple[int | None, str | None], place)
+        if reason is not None and reason != rec.wait_reason:
+            # A worker changed between the placement and the queueing (or a reservation
+            # failed): the stored reason follows what the answer says.
+            rec.wait_reason = reason
+            await self.ctx.persistence.save_wait_reason(rec.job_id, reason)
+        if position is not None and job.state == JobState.PENDING:
+            state, worker_id = str(JobState.PENDING), None
+        else:
+            # Dispatched (or ended) before the answer: its actor says how it stands.
+            snapshot: dict[str, Any] = (
+                cast(dict[str, Any], await job.ask(m.Snapshot()))
+                if job.alive
+                else {"state": rec.state}
+            )
+            state, worker_id = snapshot["state"], snapshot.get("worker_id")
+            position = (await self.position(rec.job_id))["position"]
+        self.ctx.hub.publish("job", job_id=rec.job_id, status=state)
+        return _submitted(rec.job_id, state, worker_id, position, reason)
 
     async def _submit_placed(self, job: JobActor, worker: WorkerActor, event: AuditEntry) -> None:
         """One commit for the submission and the dispatch; the job_submit is pushed after

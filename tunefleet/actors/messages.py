@@ -248,8 +248,26 @@ class SchedulePass:
 @dataclass(frozen=True, slots=True)
 class PlaceNewJob:
     """Reply: the id of the idle worker a job not yet stored goes to (taken from the
-    idle set), or None when it must wait in the queue like any other. Only a worker no
-    older pending job could take is chosen, so a new job never jumps the queue."""
+    idle set), or MustWait when it must wait in the queue like any other. Only a worker
+    no older pending job could take is chosen, so a new job never jumps the queue."""
+
+    job: PendingJob
+
+
+@dataclass(frozen=True, slots=True)
+class MustWait:
+    """PlaceNewJob's reply for a job no idle worker may take: why it will wait. A wait
+    reason depends on the fleet, never on the queue, so it is the one the job has once
+    queued (unless a worker changes meanwhile) and is stored in the job's first write."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueNewJob:
+    """A just-stored job joins the queue (JobWaiting) and the pass it makes owed runs at
+    once. Reply: (position, reason) as QueuePlace would answer then; (None, None) when
+    that pass dispatched it. One ask where a submission used to make three."""
 
     job: PendingJob
 

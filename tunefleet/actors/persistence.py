@@ -244,7 +244,8 @@ class Persistence:
         """Store a submitted job with its audit event; (its seq, the stored event)."""
 
         def create(repos: Repos) -> tuple[int, AuditEventRow]:
-            seq = _insert_submitted(repos, rec)
+            # With the reason it waits, when the scheduler gave one before this write.
+            seq = _insert_submitted(repos, rec, wait_reason=rec.wait_reason)
             return seq, repos.audit.append(**event.row())
 
         return await self.store.atomically(create)

@@ -43,6 +43,10 @@ class Scheduler(Actor):
                     self._run_pass()
             case m.PlaceNewJob(job=job):
                 return self.place_new(job)
+            case m.QueueNewJob(job=job):
+                self.pending[job.job_id] = job
+                self._run_pass()
+                return self.place_in_queue(job.job_id)
             case m.HasWorkFor(worker=view):
                 self._run_pass()
                 return any(unmet(job.requirements, view) is None for job in self.pending.values())
@@ -88,17 +92,17 @@ class Scheduler(Actor):
             # A worker planned for a job that had just ended is still free: plan again.
             self._schedule_pass()
 
-    def place_new(self, job: PendingJob) -> str | None:
-        """The best idle worker for a job about to be submitted, taken for it; None if
-        none fits now. Older jobs come first: the pass they are owed runs before (and
-        again while one planned a worker for a job that had just ended), and once no
-        pass is owed no pending job fits any idle worker (a pass places every job that
-        fits one). So the worker chosen here is one no pending job could take."""
+    def place_new(self, job: PendingJob) -> str | m.MustWait:
+        """The best idle worker for a job about to be submitted, taken for it; if none
+        fits now, why it will wait. Older jobs come first: the pass they are owed runs
+        before (and again while one planned a worker for a job that had just ended), and
+        once no pass is owed no pending job fits any idle worker (a pass places every job
+        that fits one). So the worker chosen here is one no pending job could take."""
         while self.pass_scheduled:
             self._run_pass()
         worker = self.idle.best_for(job.requirements.key())
         if worker is None:
-            return None
+            return m.MustWait(self._reason(job))
         self.idle.discard(worker.worker_id)
         return worker.worker_id
 
@@ -106,6 +110,9 @@ class Scheduler(Actor):
         job = self.pending.get(job_id)
         if job is None:
             return None
+        return self._reason(job)
+
+    def _reason(self, job: PendingJob) -> str:
         return wait_reason(job.requirements, list(self.fleet.values()), set(self.idle))
 
     def place_in_queue(self, job_id: str) -> tuple[int | None, str | None]:
