@@ -13,7 +13,7 @@ from tests.actors.test_scheduler_place_new import Ctx, OfferedJob
 from tunefleet.actors import messages as m
 from tunefleet.actors.clock import FakeClock
 from tunefleet.actors.context import FleetContext
-from tunefleet.actors.matching import PendingJob, Requirements
+from tunefleet.actors.matching import PendingJob, Requirements, WorkerView
 from tunefleet.actors.runtime import ActorSystem
 from tunefleet.actors.scheduler import Scheduler
 
@@ -58,3 +58,29 @@ def test_rank_is_the_index_in_the_sorted_queue(priorities: list[int]) -> None:
     answers = asyncio.run(_places(jobs, [j.job_id for j in jobs]))
     for job, (place, _) in zip(jobs, answers, strict=True):
         assert cast(tuple[int | None, str | None], place)[0] == order.index(job.job_id) + 1
+
+
+def test_a_workers_new_view_changes_the_reason_and_its_idling_does_not_hide_it() -> None:
+    async def scenario() -> list[object]:
+        ctx = Ctx({"j_big": OfferedJob()})
+        system = ActorSystem(FakeClock())
+        scheduler = system.spawn(Scheduler(cast(FleetContext, ctx)))
+        try:
+            small = WorkerView("w_1", gpu_count=1)
+            scheduler.tell(m.WorkerChanged("w_1", small, schedulable=False))
+            big_job = PendingJob("j_big", 0, 1, Requirements("worker", gpu_count=2))
+            scheduler.tell(m.JobWaiting(big_job))
+            answers = [await scheduler.ask(m.ExplainWait("j_big"))]
+            # Idle now, its view the same: the reason is kept.
+            scheduler.tell(m.WorkerChanged("w_1", small, schedulable=True))
+            answers.append(await scheduler.ask(m.ExplainWait("j_big")))
+            big = WorkerView("w_1", gpu_count=2)
+            scheduler.tell(m.WorkerChanged("w_1", big, schedulable=False))  # busy, new view
+            answers.append(await scheduler.ask(m.ExplainWait("j_big")))
+            return answers
+        finally:
+            await system.stop_all(drain=False)
+
+    first, idle, bigger = asyncio.run(scenario())
+    assert "needs 2" in str(first) and idle == first
+    assert bigger == "every qualifying worker is busy or draining: w_1"

@@ -13,7 +13,7 @@ from tunefleet.actors import messages as m
 from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
 from tunefleet.actors.runtime import Actor
-from tunefleet.actors.wait_reasons import wait_reason
+from tunefleet.actors.wait_reasons import WaitReasons
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
@@ -27,6 +27,7 @@ class Scheduler(Actor):
         # Kept in best-fit order, so placing a job stops at the first worker that fits.
         self.idle = IdleWorkers()
         self.fleet: dict[str, WorkerView] = {}
+        self.reasons = WaitReasons()  # kept while no worker's view changes
         self.pass_scheduled = False
 
     async def receive(self, message: object) -> object:
@@ -62,9 +63,12 @@ class Scheduler(Actor):
 
     def _on_worker_changed(self, msg: m.WorkerChanged) -> None:
         if msg.view is None:
-            self.fleet.pop(msg.worker_id, None)
-        else:
+            if self.fleet.pop(msg.worker_id, None) is not None:
+                self.reasons.forget()
+        elif self.fleet.get(msg.worker_id) != msg.view:
+            # Busy or idle is not in the view: most changes leave the reasons as they are.
             self.fleet[msg.worker_id] = msg.view
+            self.reasons.forget()
         if msg.schedulable and msg.view is not None and msg.view.connected:
             self.idle.add(msg.view)
             self._schedule_pass()
@@ -113,7 +117,10 @@ class Scheduler(Actor):
         return self._reason(job)
 
     def _reason(self, job: PendingJob) -> str:
-        return wait_reason(job.requirements, list(self.fleet.values()), set(self.idle))
+        return self.reasons.reason(job.requirements, self._fleet_views, self.idle)
+
+    def _fleet_views(self) -> list[WorkerView]:
+        return list(self.fleet.values())
 
     def place_in_queue(self, job_id: str) -> tuple[int | None, str | None]:
         """Its rank by priority, then submission order, counted rather than sorted: one
