@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from orchestrator_testkit import FakeAgent, FleetHarness
 
+from tunefleet.actors.clock import FakeClock
 from tunefleet.errors import Conflict, Forbidden, NotFound
 
 pytestmark = pytest.mark.timeout(30)
@@ -183,6 +184,23 @@ async def test_the_report_hold_ends_by_itself_after_hold_s(harness: FleetHarness
     harness.fleet.report_written(agent.worker_id, first)
     await harness.settle()
     assert agent.submitted_jobs() == [first, second]
+
+
+async def test_an_answered_final_report_cancels_the_hold_fallback(
+    harness: FleetHarness,
+) -> None:
+    """The fallback timer goes when the answer is written: it would only wake the worker
+    actor again, a message per job cycle that changes nothing."""
+    if not isinstance(harness.clock, FakeClock):
+        pytest.skip("counts the fake clock's timers")
+    agent = await harness.agent("w1")
+    first = await _busy(harness, agent)
+    await agent.report(first, "completed", written=False)
+    held = harness.clock.pending_timers()
+    harness.fleet.report_written(agent.worker_id, first)
+    await harness.settle()
+    assert harness.clock.pending_timers() == held - 1
+    assert harness.worker_state(agent.worker_id) == "idle"
 
 
 # --- who may report ------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any, cast
 import structlog
 
 from tunefleet.actors import messages as m
+from tunefleet.actors.clock import Timer
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.deadline import Deadline
 from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
@@ -55,6 +56,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
         # The job whose final report's response is not yet on the wire; no dispatch
         # until it is, because SimpleTuner's agent drops a job_submit that arrives first.
         self.report_hold: str | None = None
+        # Ends the hold if the answer's confirmation never comes; cancelled when it does.
+        self.report_hold_timer: Timer | None = None
         # An ephemeral worker whose job ended takes no other job unless its agent asks
         # for more (SimpleTuner's asks GET /api/workers/queue; tunefleet's simply exits).
         self.retiring = False
@@ -179,6 +182,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             log.warning("event ids not reserved", worker_id=self.worker_id, error=str(error))
 
     async def on_stop(self) -> None:
+        self._cancel_report_hold_timer()
         self.heartbeat.cancel()
         self.grace.cancel()
         self._close_stream()
@@ -330,6 +334,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         lost_job = self.current_job_id
         self.current_job_id = None
         self.report_hold = None
+        self._cancel_report_hold_timer()
         self.force_replay_job = None
         if lost_job is not None:
             self.outbox.acknowledge_job(lost_job)
@@ -381,7 +386,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
             WORKER_LIFECYCLE.fire(self, "release")
         if msg.hold_until_report_written:
             self.report_hold = msg.job_id
-            self.ctx.clock.call_later(
+            self._cancel_report_hold_timer()
+            self.report_hold_timer = self.ctx.clock.call_later(
                 self.ctx.settings.report_hold_s, partial(self.try_tell, m.ReportWritten(msg.job_id))
             )
         # No write of this worker's row: the job's end (or requeue) is committed, and the
@@ -398,7 +404,13 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if self.report_hold != job_id:
             return
         self.report_hold = None
+        self._cancel_report_hold_timer()
         await self._after_release()
+
+    def _cancel_report_hold_timer(self) -> None:
+        if self.report_hold_timer is not None:
+            self.report_hold_timer.cancel()
+            self.report_hold_timer = None
 
     async def _after_release(self) -> None:
         if self.rec.worker_type == "ephemeral" and self.state == WorkerState.IDLE:
