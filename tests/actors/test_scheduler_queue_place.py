@@ -84,3 +84,48 @@ def test_a_workers_new_view_changes_the_reason_and_its_idling_does_not_hide_it()
     first, idle, bigger = asyncio.run(scenario())
     assert "needs 2" in str(first) and idle == first
     assert bigger == "every qualifying worker is busy or draining: w_1"
+
+
+@given(
+    st.lists(st.integers(min_value=-3, max_value=3), min_size=1, max_size=20),
+    st.data(),
+)
+@settings(max_examples=50, deadline=None)
+def test_rank_follows_jobs_that_leave_and_come_back(
+    priorities: list[int], data: st.DataObject
+) -> None:
+    """JobGone takes a job out of the order; a job told again (a requeue, with its
+    priority as it is now) is ranked by its latest view, never counted twice."""
+    jobs = {
+        f"j_{n}": PendingJob(f"j_{n}", priority, n, Requirements("worker"))
+        for n, priority in enumerate(priorities)
+    }
+    gone = data.draw(st.sets(st.sampled_from(sorted(jobs))))
+    again = {
+        job_id: PendingJob(
+            job_id, data.draw(st.integers(-3, 3)), jobs[job_id].seq, jobs[job_id].requirements
+        )
+        for job_id in data.draw(st.sets(st.sampled_from(sorted(jobs))))
+    }
+
+    async def scenario() -> list[object]:
+        ctx = Ctx({job_id: OfferedJob() for job_id in jobs})
+        system = ActorSystem(FakeClock())
+        scheduler = system.spawn(Scheduler(cast(FleetContext, ctx)))
+        try:
+            for job in jobs.values():
+                scheduler.tell(m.JobWaiting(job))
+            for job_id in sorted(gone):
+                scheduler.tell(m.JobGone(job_id))
+            for job in again.values():
+                scheduler.tell(m.JobWaiting(job))
+            return [await scheduler.ask(m.QueuePlace(job_id)) for job_id in sorted(jobs)]
+        finally:
+            await system.stop_all(drain=False)
+
+    latest = {job_id: job for job_id, job in jobs.items() if job_id not in gone} | again
+    order = sorted(latest.values(), key=lambda j: (-j.priority, j.seq))
+    for job_id, place in zip(sorted(jobs), asyncio.run(scenario()), strict=True):
+        rank = cast(tuple[int | None, str | None], place)[0]
+        expected = [j.job_id for j in order].index(job_id) + 1 if job_id in latest else None
+        assert rank == expected

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from tunefleet.actors import messages as m
 from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
+from tunefleet.actors.queue_ranks import QueueRanks
 from tunefleet.actors.runtime import Actor
 from tunefleet.actors.wait_reasons import WaitReasons
 
@@ -24,6 +25,7 @@ class Scheduler(Actor):
         super().__init__("scheduler")
         self.ctx = ctx
         self.pending: dict[str, PendingJob] = {}
+        self.order = QueueRanks()  # the pending jobs' ranks, kept as they come and go
         # Kept in best-fit order, so placing a job stops at the first worker that fits.
         self.idle = IdleWorkers()
         self.fleet: dict[str, WorkerView] = {}
@@ -33,10 +35,10 @@ class Scheduler(Actor):
     async def receive(self, message: object) -> object:
         match message:
             case m.JobWaiting(job=job):
-                self.pending[job.job_id] = job
+                self._wait(job)
                 self._schedule_pass()
             case m.JobGone(job_id=job_id):
-                self.pending.pop(job_id, None)
+                self._unwait(job_id)
             case m.WorkerChanged():
                 self._on_worker_changed(message)
             case m.SchedulePass():
@@ -45,7 +47,7 @@ class Scheduler(Actor):
             case m.PlaceNewJob(job=job):
                 return self.place_new(job)
             case m.QueueNewJob(job=job):
-                self.pending[job.job_id] = job
+                self._wait(job)
                 self._run_pass()
                 return self.place_in_queue(job.job_id)
             case m.HasWorkFor(worker=view):
@@ -75,6 +77,16 @@ class Scheduler(Actor):
         else:
             self.idle.discard(msg.worker_id)
 
+    def _wait(self, job: PendingJob) -> None:
+        self._unwait(job.job_id)  # told again (a restart, a requeue): its latest view
+        self.pending[job.job_id] = job
+        self.order.add(job.priority, job.seq)
+
+    def _unwait(self, job_id: str) -> None:
+        job = self.pending.pop(job_id, None)
+        if job is not None:
+            self.order.remove(job.priority, job.seq)
+
     def _schedule_pass(self) -> None:
         if not self.pass_scheduled and self.pending and self.idle:
             self.pass_scheduled = True
@@ -86,7 +98,7 @@ class Scheduler(Actor):
             return
         unused = False
         for job_id, worker_id in plan(list(self.pending.values()), self.idle):
-            self.pending.pop(job_id, None)
+            self._unwait(job_id)
             job = self.ctx.jobs.get(job_id)
             if job is not None and job.try_tell(m.DispatchTo(worker_id)):
                 self.idle.discard(worker_id)
@@ -123,11 +135,8 @@ class Scheduler(Actor):
         return list(self.fleet.values())
 
     def place_in_queue(self, job_id: str) -> tuple[int | None, str | None]:
-        """Its rank by priority, then submission order, counted rather than sorted: one
-        question of a submitter or a page is one walk of the queue."""
+        """Its rank by priority, then submission order (queue_ranks.py keeps it)."""
         job = self.pending.get(job_id)
         if job is None:
             return None, None
-        key = (-job.priority, job.seq)
-        ahead = sum(1 for other in self.pending.values() if (-other.priority, other.seq) < key)
-        return ahead + 1, self.explain(job_id)
+        return self.order.rank(job.priority, job.seq), self._reason(job)
