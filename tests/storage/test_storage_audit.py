@@ -7,6 +7,8 @@ import itertools
 
 import pytest
 
+from tunefleet.audit import AuditKind
+from tunefleet.fsm.job import JobState
 from tunefleet.storage.models import AuditEvent
 from tunefleet.storage.store import Store
 from tunefleet.storage.store_audit import GENESIS_HASH, event_hash
@@ -131,3 +133,28 @@ async def test_list_filters_by_kind_actor_target_outcome_and_time(store: Store) 
     assert await found(outcome="denied") == []
     row = (await store.list_audit(limit=1))[0]
     assert row.detail == {"i": 5, "note": "ünïcode ✓", "nested": {"b": [1, 2.5], "a": None}}
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        {},
+        {"reason": None, "attempt": 2, "ok": True, "share": 0.5, "note": "ünïcode ✓"},
+        {"nested": {"b": [1, 2.5], "a": None}, "tuple": (1, 2)},
+        {1: "an int key", 2: None},
+        {"state": JobState.RUNNING},
+        {"big": 10**20, "tiny": -0.0, "exp": 1e16},
+    ],
+)
+async def test_an_appended_event_is_returned_as_a_read_gives_it_back(
+    store: Store, detail: dict[object, object]
+) -> None:
+    appended = await store.append_audit(
+        AuditKind.JOB_STATUS, actor="w_1", target=JobState.RUNNING, detail=detail, at=7
+    )  # type: ignore[arg-type]
+    [read] = await store.list_audit()
+    assert appended == read
+    assert [(k, type(v)) for k, v in appended.detail.items()] == [
+        (k, type(v)) for k, v in read.detail.items()
+    ]
+    assert await store.verify_audit() == (True, None)

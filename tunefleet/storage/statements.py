@@ -21,10 +21,14 @@ from tunefleet.storage.models import database_proxy, stored_as_is
 _SQL: dict[tuple[Any, ...], str] = {}
 
 
-def insert_row(model: type[pw.Model], values: Mapping[str, Any]) -> dict[str, Any]:
+def insert_row(
+    model: type[pw.Model], values: Mapping[str, Any], *, encoded: Collection[str] = ()
+) -> dict[str, Any]:
     """INSERT one row of ``model``: the given values (by field name), the model's default
     for the others. Returns every field as the database holds it (each field's
-    ``db_value``; JSON as text), the new id included: rows.inserted reads it as a row."""
+    ``db_value``; JSON as text), the new id included: rows.inserted reads it as a row.
+    ``encoded`` names fields whose given values are already as the database holds them
+    (JSON text the caller has encoded): stored without converting again."""
     db = _database()
     plan = _INSERTS.get((model, type(db)))
     if plan is None:
@@ -34,7 +38,7 @@ def insert_row(model: type[pw.Model], values: Mapping[str, Any]) -> dict[str, An
         value = values.get(name, _MISSING)
         if value is _MISSING:
             value = stored_default if stored_default is not _CALL else db_value(default())
-        elif value is not None and value.__class__ is not kind:
+        elif value is not None and value.__class__ is not kind and name not in encoded:
             value = db_value(value)
         stored[name] = value
     cursor = execute(db, plan.sql, list(stored.values()))

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunefleet.storage.models import AuditEvent, canonical_json
-from tunefleet.storage.rows import AuditEventRow, inserted, rows_of
+from tunefleet.storage.rows import AuditEventRow, rows_of
 from tunefleet.storage.statements import insert_row
 from tunefleet.storage.store_base import Now, page
 
 GENESIS_HASH = "0" * 64
+_DETAIL = frozenset({"detail"})
 
 
 def event_hash(prev_hash: str, fields: dict[str, Any]) -> str:
@@ -55,9 +56,29 @@ def chained_values(prev_hash: str, event: dict[str, Any]) -> dict[str, Any]:
     Normalised first, so the hash covers exactly what a later read gives back: a float
     `at` (an int would come back as float) and JSON-shaped detail.
     """
-    stored_detail = json.loads(canonical_json(event["detail"] or {}))
-    fields = {**event, "at": float(event["at"]), "detail": stored_detail}
-    return {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}
+    return _chained(prev_hash, event)[0]
+
+
+def _chained(prev_hash: str, event: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """chained_values, and the detail's JSON text as stored."""
+    detail = event["detail"] or {}
+    text = canonical_json(detail)
+    fields = {**event, "at": float(event["at"]), "detail": _read_back(detail, text)}
+    return {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}, text
+
+
+# Values JSON gives back as they went in (same class, same value).
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _read_back(detail: dict[str, Any], text: str) -> dict[str, Any]:
+    """What a read of `detail` stored as `text` gives back. Audit detail is nearly always
+    flat (ids, reasons, counts), which JSON returns as it was, its keys sorted: copied in
+    that order, not parsed again."""
+    for key, value in detail.items():
+        if key.__class__ is not str or value.__class__ not in _JSON_SCALARS:
+            return dict(json.loads(text))
+    return dict(sorted(detail.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +132,12 @@ class AuditRepo:
             last = AuditEvent.select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)
             prev_hash = last.scalar() or GENESIS_HASH
         event = hashed_fields(when, kind, actor, client_address, target, outcome, detail)
-        values = chained_values(prev_hash, event)
-        stored = insert_row(AuditEvent, values)
+        values, text = _chained(prev_hash, event)
+        # The detail goes in as the text just hashed, and comes back as the dict that text
+        # reads as: neither encoded nor parsed again.
+        stored = insert_row(AuditEvent, {**values, "detail": text}, encoded=_DETAIL)
         self._chain_head = values["hash"]
-        return inserted(AuditEventRow, AuditEvent, stored)
+        return AuditEventRow(**{**stored, "detail": values["detail"]})
 
     def find(
         self,
