@@ -221,6 +221,12 @@ async def test_a_worker_free_between_the_placement_and_the_queueing_is_in_the_an
     assert agent.submitted_jobs() == [job_id]
     job = await harness.job(job_id)
     assert (job.state, job.wait_reason) == ("dispatched", None)  # the dispatch cleared it
+    # The submission's audit line is written after the queueing, yet before the dispatch's.
+    kinds = [e.kind for e in await harness.store.list_audit(target=job_id, newest_first=False)]
+    assert kinds == ["job.submitted", "job.dispatched"]
+    lines = [json.loads(line) for line in harness.audit.path.read_text("utf-8").splitlines()]
+    assert [line["kind"] for line in lines if line["target"] == job_id] == kinds
+    assert await harness.store.verify_audit() == (True, None)
 
 
 async def test_a_reason_changed_before_the_queueing_is_stored_as_answered(

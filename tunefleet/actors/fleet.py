@@ -380,10 +380,10 @@ class Fleet:
         rec.seq, stored = await self.ctx.persistence.create_job(rec, event)
         self._adopt_job(job)
         # Queued before the audit line is written: the dispatch commit need not wait.
-        place, _ = await asyncio.gather(
-            self.ctx.scheduler.ask(m.QueueNewJob(job.pending_view())),
-            self.ctx.audit.recorded(event, stored),
-        )
+        # The line still comes before its dispatch's, which waits for that commit, and
+        # one after the other costs less than two tasks gathered (about 30 µs).
+        place = await self.ctx.scheduler.ask(m.QueueNewJob(job.pending_view()))
+        await self.ctx.audit.recorded(event, stored)
         position, reason = cast(tuple[int | None, str | None], place)
         if reason is not None and reason != rec.wait_reason:
             # A worker changed between the placement and the queueing (or a reservation
