@@ -29,6 +29,7 @@ BENCHMARKS: tuple[str, ...] = (
     "domain_actor_cost",
     "commit_path",
     "cycle_cpu",
+    "queued_submit",
     "dispatch_latency",
     "throughput",
     "fleet_size",
