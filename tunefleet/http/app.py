@@ -28,10 +28,11 @@ from tunefleet.errors import TunefleetError
 from tunefleet.http import keys
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
 from tunefleet.http.errors import request_id_on_prepare
+from tunefleet.http.front_door import front_door
 from tunefleet.http.gc_policy import gc_policy_ctx
-from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership, standby_gate
+from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership
 from tunefleet.http.local_setup import local_executor, plan_local
-from tunefleet.http.routes import build_routes, middlewares
+from tunefleet.http.routes import build_routes
 from tunefleet.http.tls import (
     ensure_self_signed,
     fingerprint,
@@ -150,8 +151,11 @@ class ServerOptions:
 def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Application:
     """The application; storage, actors and the local runner live in its cleanup context,
     storage first so that it closes last."""
-    gate = standby_gate(lambda request: request.app.get(keys.LEADERSHIP))
-    app = web.Application(middlewares=[*middlewares(), gate], client_max_size=1024**2)
+    door = front_door(
+        lambda request: request.app.get(keys.METRICS),
+        lambda request: request.app.get(keys.LEADERSHIP),
+    )
+    app = web.Application(middlewares=[door], client_max_size=1024**2)
     app[keys.OPTIONS] = options.absolute()
     app[keys.CLOCK] = clock or RealClock()
     app[keys.BACKGROUND] = set()

@@ -111,32 +111,45 @@ def _passed_headers(error: web.HTTPException) -> dict[str, str]:
     return {k: v for k, v in error.headers.items() if k.lower() not in skip}
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render every failure as JSON ``{"detail"}`` and tag every response with a request id."""
+def start_request(request: web.Request) -> str:
+    """Give the request its id (the caller's own when it is safe to keep) and return it."""
     rid = _incoming_request_id(request) or new_request_id()
     request[REQUEST_ID_KEY] = rid
+    return rid
+
+
+def failure_response(request: web.Request, error: Exception, rid: str) -> web.Response:
+    """The JSON answer to a failed request; call it inside the ``except`` that caught
+    ``error`` (a 500 logs its traceback). A raised redirect or success is not a failure:
+    it gets the request id and is raised again, for aiohttp to send."""
+    if isinstance(error, ApiError):
+        log.debug("api_error", status=error.status, detail=error.detail, path=request.path)
+        return error_response(error.status, error.detail, error.headers)
+    if isinstance(error, web.HTTPException):
+        if error.status < 400:
+            error.headers[REQUEST_ID_HEADER] = rid
+            raise error
+        detail = _http_exception_detail(request, error)
+        return error_response(error.status, detail, _passed_headers(error))
+    if isinstance(error, TunefleetError):
+        return _domain_error_response(request, error, rid)
+    # CancelledError is a BaseException: it never gets here.
+    log.exception("request_failed", method=request.method, path=request.path)
+    return error_response(500, internal_error_detail(rid))
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render every failure as JSON ``{"detail"}`` and tag every response with a request id.
+    (The server's own app does this in ``front_door``, with its other per-request duties.)"""
+    rid = start_request(request)
     # Every log line of the request carries its id. bind/reset, not bound_contextvars():
     # the same binding without a generator and a copy of the whole context per request.
     tokens = bind_contextvars(request_id=rid)
     try:
         response = await handler(request)
-    except ApiError as error:
-        log.debug("api_error", status=error.status, detail=error.detail, path=request.path)
-        response = error_response(error.status, error.detail, error.headers)
-    except web.HTTPException as error:
-        if error.status < 400:
-            # Redirects and raised successes keep aiohttp's own handling.
-            error.headers[REQUEST_ID_HEADER] = rid
-            raise
-        detail = _http_exception_detail(request, error)
-        response = error_response(error.status, detail, _passed_headers(error))
-    except TunefleetError as error:
-        response = _domain_error_response(request, error, rid)
-    except Exception:
-        # CancelledError is a BaseException and passes through untouched.
-        log.exception("request_failed", method=request.method, path=request.path)
-        response = error_response(500, internal_error_detail(rid))
+    except Exception as error:
+        response = failure_response(request, error, rid)
     finally:
         reset_contextvars(**tokens)
     if not response.prepared:

@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 import peewee as pw
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from tunefleet.protocol.endpoints import StandbyRefusal
 from tunefleet.storage.database import Database
@@ -183,32 +184,26 @@ def _refuse_all(database: pw.Database) -> None:
     raise LeadershipLost("this orchestrator stepped down: it no longer writes anything")
 
 
-def standby_gate(
-    leadership: Callable[[web.Request], Leadership | None],
-) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Middleware: a process that is not active answers 503 naming the active one."""
-
-    @web.middleware
-    async def gate(request: web.Request, handler: Any) -> web.StreamResponse:
-        current = leadership(request)
-        path = request.path
-        if current is None or current.role == "active" or path in OPEN_PATHS:
-            return await handler(request)
-        if path.startswith("/static/"):
-            return await handler(request)  # the UI's files are the same everywhere
-        if path == "/" and request.method == "GET":
-            elsewhere = current.active_url and current.active_url != current.advertise_url
-            if elsewhere:  # a browser opening the UI here is sent to the active one's
-                raise web.HTTPTemporaryRedirect(f"{current.active_url}{request.path_qs}")
-            return await handler(request)  # its API calls then say why nothing answers
-        refusal = StandbyRefusal(detail=refusal_detail(current), active_url=current.active_url)
-        return web.json_response(
-            refusal.model_dump(),
-            status=503,
-            headers={"Retry-After": "1"},
-        )
-
-    return gate
+async def answer_inactive(
+    request: web.Request, handler: Handler, current: Leadership
+) -> web.StreamResponse:
+    """A process that is not active answers 503 naming the active one; health, metrics and
+    the UI's files are still served (``front_door`` calls this once the role is not
+    "active")."""
+    path = request.path
+    if path in OPEN_PATHS or path.startswith("/static/"):
+        return await handler(request)  # the UI's files are the same everywhere
+    if path == "/" and request.method == "GET":
+        elsewhere = current.active_url and current.active_url != current.advertise_url
+        if elsewhere:  # a browser opening the UI here is sent to the active one's
+            raise web.HTTPTemporaryRedirect(f"{current.active_url}{request.path_qs}")
+        return await handler(request)  # its API calls then say why nothing answers
+    refusal = StandbyRefusal(detail=refusal_detail(current), active_url=current.active_url)
+    return web.json_response(
+        refusal.model_dump(),
+        status=503,
+        headers={"Retry-After": "1"},
+    )
 
 
 def refusal_detail(leadership: Leadership) -> str:

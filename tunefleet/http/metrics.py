@@ -16,7 +16,7 @@ from tunefleet.metrics import Metrics
 # The label for requests no route matched: one value, whatever the raw URL was.
 UNMATCHED_ROUTE = "unmatched"
 # Any other method a client invents is counted as "other", to bound the label.
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # nginx's "client closed request": the handler was cancelled before it answered.
 CLIENT_CLOSED_STATUS = 499
 
@@ -60,7 +60,7 @@ def request_timing_middleware(
         finally:
             target = find(request)
             if target is not None:
-                method = request.method if request.method in _METHODS else "other"
+                method = request.method if request.method in METHODS else "other"
                 elapsed_s = time.perf_counter() - started
                 target.observe_http_request(method, route_label(request), status, elapsed_s)
 

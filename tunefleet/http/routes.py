@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from tunefleet import __version__
 from tunefleet.audit import AuditKind
@@ -26,8 +23,6 @@ from tunefleet.http.auth import (
     ApiPrincipal,
     WorkerPrincipal,
 )
-from tunefleet.http.errors import error_middleware
-from tunefleet.http.metrics import request_timing_middleware
 from tunefleet.http.openapi import openapi_handler
 from tunefleet.http.route_table import routes
 from tunefleet.http.stream_watch import StreamWatch
@@ -85,10 +80,6 @@ async def audit_auth_failure(request: web.Request, kind: str, reason: str) -> No
         credential=kind,
         reason=reason,
     )
-
-
-def middlewares() -> Sequence[Middleware]:
-    return [request_timing_middleware(lambda r: r.app.get(keys.METRICS)), error_middleware]
 
 
 def build_routes(app: web.Application) -> None:
