@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NoReturn, Protocol
 
 import structlog
 from aiohttp import web
@@ -168,22 +168,19 @@ async def require_api(
     """
     principal = request.get(API_PRINCIPAL_KEY)
     if principal is None:
-        token, reason = _bearer(request)
-        if token is not None:
-            principal = await _authenticator(request).resolve_api(hash_token(token))
-            reason = "unknown or revoked API token"
-        if principal is None:
-            await report_auth_failure(request, "api", reason)
-            wrong_kind = token is not None and token.startswith(WORKER_TOKEN_PREFIX)
-            detail = WORKER_TOKEN_AS_API if wrong_kind else API_UNAUTHORIZED
-            raise ApiError(401, detail, headers={"WWW-Authenticate": "Bearer"})
-        request[API_PRINCIPAL_KEY] = principal
+        principal = await _authenticate_api(request)
     if permission is not None and not principal.has(permission):
-        why = f" (needed for {needed_for})" if needed_for else ""
-        reason = f"token {principal.token_id} lacks {permission}{why}"
-        await report_auth_failure(request, "api", reason)
-        raise ApiError(403, f"Permission denied: {permission}{why}")
+        await _refuse_permission(request, principal, permission, needed_for)
     return principal
+
+
+async def _refuse_permission(
+    request: web.Request, principal: ApiPrincipal, permission: str, needed_for: str | None
+) -> NoReturn:
+    why = f" (needed for {needed_for})" if needed_for else ""
+    reason = f"token {principal.token_id} lacks {permission}{why}"
+    await report_auth_failure(request, "api", reason)
+    raise ApiError(403, f"Permission denied: {permission}{why}")
 
 
 async def require_worker(request: web.Request) -> WorkerPrincipal:
@@ -193,6 +190,27 @@ async def require_worker(request: web.Request) -> WorkerPrincipal:
     principal = request.get(WORKER_PRINCIPAL_KEY)
     if principal is not None:
         return principal
+    return await _authenticate_worker(request)
+
+
+async def _authenticate_api(request: web.Request) -> ApiPrincipal:
+    """The bearer token's principal, kept on the request; 401 without one."""
+    token, reason = _bearer(request)
+    principal = None
+    if token is not None:
+        principal = await _authenticator(request).resolve_api(hash_token(token))
+        reason = "unknown or revoked API token"
+    if principal is None:
+        await report_auth_failure(request, "api", reason)
+        wrong_kind = token is not None and token.startswith(WORKER_TOKEN_PREFIX)
+        detail = WORKER_TOKEN_AS_API if wrong_kind else API_UNAUTHORIZED
+        raise ApiError(401, detail, headers={"WWW-Authenticate": "Bearer"})
+    request[API_PRINCIPAL_KEY] = principal
+    return principal
+
+
+async def _authenticate_worker(request: web.Request) -> WorkerPrincipal:
+    """The X-Worker-Token's principal, kept on the request; 401 without one."""
     token = extract_worker_token(request)
     if token is None:
         await report_auth_failure(request, "worker", f"no {WORKER_TOKEN_HEADER} header")
@@ -248,9 +266,17 @@ def parse_auth(spec: str) -> AuthRequirement:
 
 
 async def authorize(request: web.Request, requirement: AuthRequirement) -> Principal | None:
-    """Enforce a declared requirement; the principal, or None for public routes."""
+    """Enforce a declared requirement; the principal, or None for public routes.
+
+    The route's guard is the first to ask, so it authenticates at once,
+    without looking for a principal already kept (a miss raises and catches a KeyError
+    inside aiohttp's request mapping: on every heartbeat and status report)."""
     if requirement.kind == "worker":
-        return await require_worker(request)
+        return await _authenticate_worker(request)
     if requirement.kind == "api":
-        return await require_api(request, requirement.permission)
+        principal = await _authenticate_api(request)
+        permission = requirement.permission
+        if permission is not None and not principal.has(permission):
+            await _refuse_permission(request, principal, permission, None)
+        return principal
     return None
