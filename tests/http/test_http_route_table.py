@@ -11,6 +11,7 @@ def test_success_response_is_what_json_response_writes() -> None:
     made, reference = success_response(), web.json_response({"success": True})
     assert made.body == reference.body == b'{"success": true}'
     assert made.headers["Content-Type"] == reference.headers["Content-Type"]
+    assert (made.content_type, made.charset) == ("application/json", "utf-8")
     assert made.status == 200
 
 
