@@ -51,9 +51,12 @@ async def read_body(request: web.Request, max_bytes: int = DEFAULT_MAX_BODY_BYTE
     Reads the stream itself rather than ``request.read()`` so that the limit can differ
     per endpoint from the application's ``client_max_size``.
     """
-    cached = request.get(_RAW_BODY_KEY)
-    if cached is not None:
-        return cached
+    # Only a stream read to its end can have left a body here; asking first would look
+    # for it on every request, and a miss raises and catches a KeyError inside aiohttp.
+    if request.content.at_eof():
+        cached = request.get(_RAW_BODY_KEY)
+        if cached is not None:
+            return cached
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise too_large(max_bytes)
