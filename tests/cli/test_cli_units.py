@@ -26,6 +26,7 @@ from tunefleet.cli.client import (
 )
 from tunefleet.cli.follow import JobWatch, RateMeter, follow_job, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, final_line, render
+from tunefleet.cli.jobs import attempts_text
 from tunefleet.cli.local_config import LocalConfigError, resolve
 from tunefleet.cli.main import cli
 from tunefleet.cli.output import STATUS_STYLES, duration, no_match, relative_time
@@ -337,3 +338,18 @@ def test_the_status_choices_are_the_lifecycle_states() -> None:
     assert choices("jobs") == [state.value for state in JobState]
     assert choices("workers") == [state.value for state in WorkerState]
     assert set(STATUS_STYLES) == {*JobState, *WorkerState}
+
+
+@pytest.mark.parametrize(
+    ("job", "text"),
+    [
+        ({"attempts": 1, "max_retries": 3}, "1 of 4"),
+        ({"attempts": 0, "undelivered": 0, "max_retries": 0}, "0 of 1"),
+        # Undelivered dispatches spend no retry: never "3 of 1".
+        ({"attempts": 3, "undelivered": 2, "max_retries": 0}, "1 of 1 (2 not delivered)"),
+    ],
+)
+def test_attempts_show_retries_spent_and_undelivered_dispatches_apart(
+    job: dict[str, Any], text: str
+) -> None:
+    assert attempts_text(job) == text

@@ -173,6 +173,21 @@ async def test_an_insert_without_the_row_back_stores_what_its_row_returning_twin
     assert events[1][0].detail == {"n": [1, 2]} and events[1][0].at == 7.0
 
 
+async def test_attempts_are_counted_by_outcome_for_a_page_of_jobs(store: Store) -> None:
+    for job_id, outcomes in {
+        "j_1": ["undelivered", "lost", "undelivered"],
+        "j_2": ["lost"],
+    }.items():
+        await store.create_job(job_id, config={})
+        for number, outcome in enumerate(outcomes, start=1):
+            await store.start_attempt(job_id, number, worker_id="w_1")
+            await store.end_attempt(job_id, number, outcome=outcome)
+    await store.create_job("j_3", config={})
+    assert await store.count_attempts_by_outcome(["j_1", "j_2", "j_3"], "undelivered") == {"j_1": 2}
+    assert await store.count_attempts_by_outcome(["j_2"], "lost") == {"j_2": 1}
+    assert await store.count_attempts_by_outcome([], "lost") == {}
+
+
 async def test_a_failed_write_keeps_nothing_and_the_next_one_works(store: Store) -> None:
     await store.create_job("j_1", config={})
     await store.append_audit("first")

@@ -121,6 +121,26 @@ def test_glob_matching_in_the_page_agrees_with_python_fnmatch(
     assert wrong == []
 
 
+def test_attempts_read_as_retries_spent_with_undelivered_dispatches_apart(
+    page: Any, orchestrator: Orchestrator
+) -> None:
+    # The queue's Attempt column and the job page's Attempt fact both use attemptsText.
+    sign_in(page, orchestrator)
+    jobs = [
+        {"attempts": 1, "max_retries": 3},  # from before the API counted undelivered ones
+        {"attempts": 2, "undelivered": 0, "max_retries": 3},
+        {"attempts": 3, "undelivered": 2, "max_retries": 0},  # not "3 / 1"
+    ]
+    got = page.evaluate(
+        """async ([url, jobs]) => {
+            const { attemptsText } = await import(url);
+            return [...jobs.map((j) => attemptsText(j)), attemptsText(jobs[2], 'of')];
+        }""",
+        [module_url(page, "format.js"), jobs],
+    )
+    assert got == ["1 / 4", "2 / 4", "1 / 1 (2 not delivered)", "1 of 1 (2 not delivered)"]
+
+
 WORKERS = [
     WorkerView(
         "w_small",

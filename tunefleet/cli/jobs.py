@@ -278,11 +278,20 @@ def _requirements(job: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def attempts_text(job: dict[str, Any]) -> str:
+    """Attempts used of those allowed. A dispatch that never reached its worker spends no
+    retry, so it is counted apart: "3 of 1" would read as a bug."""
+    undelivered = job.get("undelivered") or 0
+    used = (job.get("attempts") or 0) - undelivered
+    text = f"{used} of {(job.get('max_retries') or 0) + 1}"
+    return f"{text} ({undelivered} not delivered)" if undelivered else text
+
+
 def _print_job(job: dict[str, Any]) -> None:
     state = status_text(job["status"])
     if job.get("queue_position"):
         state.append(f", position {job['queue_position']}")
-    attempts = f"{job.get('attempts') or 0} of {(job.get('max_retries') or 0) + 1}"
+    attempts = attempts_text(job)
     print_fields(
         [
             ("ID", job["job_id"]),

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunefleet.actors.persistence import UNDELIVERED
 from tunefleet.actors.records import iso
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.http.schemas_queue import hide_env_values
 from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobLogRow, JobRow
 
 
-def job_summary(row: JobRow) -> dict[str, Any]:
+def job_summary(row: JobRow, undelivered: int = 0) -> dict[str, Any]:
+    """`undelivered`: how many of the row's attempts never reached their worker."""
     return {
         "job_id": row.id,
         "name": row.name,
@@ -20,6 +22,7 @@ def job_summary(row: JobRow) -> dict[str, Any]:
         "worker_id": row.worker_id,
         "priority": row.priority,
         "attempts": row.attempts,
+        "undelivered": undelivered,
         "max_retries": row.max_retries,
         "gpu_count": row.gpu_count,
         "min_vram_gb": row.min_vram_gb,
@@ -42,7 +45,7 @@ def job_detail(
     row: JobRow, attempts: list[JobAttemptRow], events: list[JobEventRow]
 ) -> dict[str, Any]:
     return {
-        **job_summary(row),
+        **job_summary(row, sum(a.outcome == UNDELIVERED for a in attempts)),
         "config": row.config,
         "dataloader": row.dataloader,
         "command": row.command,

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from tunefleet.actors.matching import job_gpu_count_from_config
+from tunefleet.actors.persistence import UNDELIVERED
 from tunefleet.actors.records import JobRecord
 from tunefleet.commands import chooses_program
 from tunefleet.fsm.job import JobState
@@ -134,7 +135,8 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
     }
     rows = await store.list_jobs(**filters, limit=query.limit, offset=query.offset)
     total = await store.count_jobs(**filters)
-    jobs = [job_summary(row) for row in rows]
+    undelivered = await store.count_attempts_by_outcome([row.id for row in rows], UNDELIVERED)
+    jobs = [job_summary(row, undelivered.get(row.id, 0)) for row in rows]
     return web.json_response(
         {"jobs": jobs, "total": total, "limit": query.limit, "offset": query.offset}
     )

@@ -177,6 +177,9 @@ class JobSummary(ResponseModel):
     worker_id: str | None = None
     priority: int = 0
     attempts: int = Field(default=0, description="Dispatches so far")
+    undelivered: int = Field(
+        default=0, description="Dispatches that never reached their worker (spent no retry)"
+    )
     max_retries: int = 3
     gpu_count: int = 1
     min_vram_gb: float | None = None

@@ -366,6 +366,14 @@ class MemoryJobRepo(JobRepo):
         found = [row for (job, _), row in self._t.attempts.items() if job == job_id]
         return [fresh(row) for row in sorted(found, key=lambda r: r.number)]
 
+    def count_attempts_by_outcome(self, job_ids: Collection[str], outcome: str) -> dict[str, int]:
+        wanted = set(job_ids)
+        counts: dict[str, int] = {}
+        for (job, _), row in self._t.attempts.items():
+            if job in wanted and row.outcome == outcome:
+                counts[job] = counts.get(job, 0) + 1
+        return counts
+
     # --- timeline -----------------------------------------------------------------------
 
     def append_event(

@@ -303,6 +303,11 @@ class Store:
     async def list_attempts(self, job_id: str) -> list[JobAttemptRow]:
         return await self.db.read(partial(self._jobs.attempts, job_id))
 
+    async def count_attempts_by_outcome(
+        self, job_ids: Collection[str], outcome: str
+    ) -> dict[str, int]:
+        return await self.db.read(partial(self._jobs.count_attempts_by_outcome, job_ids, outcome))
+
     async def append_job_event(
         self,
         job_id: str,

@@ -293,6 +293,18 @@ class JobRepo:
         query = JobAttempt.select().where(JobAttempt.job == job_id).order_by(JobAttempt.number)
         return rows_of(JobAttemptRow, query)
 
+    def count_attempts_by_outcome(self, job_ids: Collection[str], outcome: str) -> dict[str, int]:
+        """How many attempts of each job ended with `outcome` (jobs with none are left out):
+        one query for a page of jobs, not one per job."""
+        if not job_ids:
+            return {}
+        query: Any = (
+            JobAttempt.select(JobAttempt.job, pw.fn.COUNT(JobAttempt.id))
+            .where(JobAttempt.job.in_(list(job_ids)), JobAttempt.outcome == outcome)
+            .group_by(JobAttempt.job)
+        )
+        return {job_id: int(n) for job_id, n in query.tuples()}
+
     # --- timeline -----------------------------------------------------------------------
 
     def append_event(

@@ -63,6 +63,14 @@ export function plural(n, word, many = `${word}s`) {
   return `${n} ${n === 1 ? word : many}`;
 }
 
+// Retries spent against the attempts allowed: a dispatch that never reached its worker
+// (`undelivered`) spends none, so it is counted apart, else "3 / 1" would read as a bug.
+export function attemptsText(job, of = '/') {
+  const undelivered = job.undelivered ?? 0;
+  const text = `${job.attempts - undelivered} ${of} ${job.max_retries + 1}`;
+  return undelivered > 0 ? `${text} (${undelivered} not delivered)` : text;
+}
+
 export function percentOf(progress) {
   if (!progress) return null;
   if (typeof progress.percent === 'number') return progress.percent;

@@ -4,7 +4,7 @@ import { download, enc, get, post, query } from '../api.js';
 import { badge, bar, chips, debounce, h, perFrame, setBar } from '../dom.js';
 import { chartPanel } from '../chart.js';
 import { fleet } from '../fleet.js';
-import { ago, dateTime, duration, gb, metric, percentOf } from '../format.js';
+import { ago, attemptsText, dateTime, duration, gb, metric, percentOf } from '../format.js';
 import { live } from '../live.js';
 import { MAX_LIVE_POINTS, MetricHistory } from '../metrics.js';
 import { TERMINAL_JOB_STATES } from '../states.js';
@@ -109,7 +109,7 @@ export function mount(main, { args }) {
     facts.replaceChildren(
       fact('Status', job.status),
       fact('Worker', workerLabel(job.worker_id), { title: job.worker_id ?? '' }),
-      fact('Attempt', `${job.attempts} of ${job.max_retries + 1}`),
+      fact('Attempt', attemptsText(job, 'of')),
       fact('Waited', duration(waitSeconds(job, now))),
       fact('Run time', duration(runSeconds(job, now))),
       fact('Submitted', ago(job.submitted_at, now), { title: dateTime(job.submitted_at) }),

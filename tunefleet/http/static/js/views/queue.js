@@ -4,7 +4,7 @@
 import { enc, get, post, query } from '../api.js';
 import { KeyedRows, badge, bar, debounce, emptyState, h } from '../dom.js';
 import { fleet } from '../fleet.js';
-import { ago, dateTime, duration, metric, ms, percentOf } from '../format.js';
+import { ago, attemptsText, dateTime, duration, metric, ms, percentOf } from '../format.js';
 import { live } from '../live.js';
 import { jobHref, setParams } from '../router.js';
 import { ACTIVE_JOB_STATES, JOB_STATES, TERMINAL_JOB_STATES, stateLabel } from '../states.js';
@@ -130,8 +130,8 @@ export function mount(main, { params }) {
       render: (j) => (j.worker_id ? h('span', { class: 'nowrap', title: j.worker_id }, fleet.nameOf(j.worker_id)) : h('span', { class: 'faint' }, j.target === 'local' ? 'local' : '—')),
     },
     {
-      label: 'Attempt', className: 'nowrap', sig: (j) => `${j.attempts}|${j.max_retries}`,
-      render: (j) => h('span', { title: `${j.attempts} dispatch(es); up to ${j.max_retries} retr${j.max_retries === 1 ? 'y' : 'ies'}` }, `${j.attempts} / ${j.max_retries + 1}`),
+      label: 'Attempt', className: 'nowrap', sig: (j) => `${j.attempts}|${j.undelivered}|${j.max_retries}`,
+      render: (j) => h('span', { title: `${j.attempts} dispatch(es); up to ${j.max_retries} retr${j.max_retries === 1 ? 'y' : 'ies'}` }, attemptsText(j)),
     },
     { label: 'Wait', className: 'nowrap', sig: (j) => duration(waitSeconds(j, now())), render: (j) => duration(waitSeconds(j, now())) },
     { label: 'Run time', className: 'nowrap', sig: (j) => duration(runSeconds(j, now())), render: (j) => duration(runSeconds(j, now())) },
