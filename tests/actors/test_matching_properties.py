@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import (
     PendingJob,
     Requirements,
@@ -299,3 +301,45 @@ def test_a_large_mixed_queue_matches_the_naive_policy() -> None:
     placements = plan(pending, idle)
     assert placements == naive_plan(pending, idle)
     assert 100 < len(placements) <= 300
+
+
+# --- a worker to avoid (it never acknowledged the job's last dispatch) --------------------
+
+
+@EXAMPLES
+@given(fleets(), job_mixes(), st.data())
+def test_a_job_avoids_its_unacknowledging_worker_but_never_waits_for_another(
+    idle: list[WorkerView], plain: list[PendingJob], data: st.DataObject
+) -> None:
+    reachable = [w for w in idle if w.connected]
+    ids = [w.worker_id for w in idle] or ["w_gone"]
+    pending = [
+        replace(job, avoid=data.draw(st.one_of(st.none(), st.sampled_from(ids)))) for job in plain
+    ]
+    placements = plan(pending, reachable)
+    assert placements == plan(pending, IdleWorkers(reachable))  # both entry points agree
+    check_every_placement_qualifies_and_nothing_is_used_twice(reachable, pending, placements)
+    check_plan_is_maximal(reachable, pending, placements)
+    # Never blocks: every job placed without the preference is placed with it.
+    assert {j for j, _ in plan(plain, reachable)} <= {j for j, _ in placements}
+    # A job given the worker it avoids had no other choice: no worker left free fits it.
+    taken = {w for _, w in placements}
+    still_free = [w for w in reachable if w.worker_id not in taken]
+    for job in pending:
+        if (job.job_id, job.avoid) in placements:
+            assert all(unmet(job.requirements, w) is not None for w in still_free)
+
+
+def test_an_avoiding_job_moves_only_to_a_worker_nobody_was_given() -> None:
+    small = WorkerView("w_small", labels={"zone": "a"}, gpu_count=1)
+    big = WorkerView("w_big", gpu_count=2)
+    retried = PendingJob("j_1", 0, 1, Requirements("worker"), avoid="w_small")
+    assert plan([retried], [small, big]) == [("j_1", "w_big")]
+    # Only the avoided worker fits: the job goes there rather than wait.
+    assert plan([retried], [small]) == [("j_1", "w_small")]
+    # No job loses its worker to the preference: w_big is the only one j_2 fits.
+    needs_two = PendingJob("j_2", 0, 2, Requirements("worker", gpu_count=2))
+    assert plan([retried, needs_two], [small, big]) == [("j_1", "w_small"), ("j_2", "w_big")]
+    # The worker given up goes to a job that had none: j_2 fits only w_small.
+    in_zone_a = PendingJob("j_2", 0, 2, Requirements("worker", {"zone": "a"}))
+    assert plan([retried, in_zone_a], [small, big]) == [("j_1", "w_big"), ("j_2", "w_small")]

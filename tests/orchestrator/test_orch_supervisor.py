@@ -177,6 +177,25 @@ async def test_an_unacknowledged_dispatch_may_go_to_another_worker(
     assert [a.outcome for a in await harness.attempts(job_id)] == ["undelivered", "completed"]
 
 
+async def test_an_unacknowledged_dispatch_goes_next_to_another_idle_worker(
+    harness: FleetHarness,
+) -> None:
+    """Both workers idle: the job does not go back to the one that never acknowledged it
+    (which, idle and first in fit order, would take it again)."""
+    one, two = await harness.agent("one"), await harness.agent("two")
+    job_id = await harness.submit(max_retries=0)
+    [first] = [a for a in (one, two) if a.submitted_jobs() == [job_id]]
+    other = two if first is one else one
+    await _unacknowledged(harness, first, 1)
+    assert other.submitted_jobs() == [job_id]
+    assert first.submitted_jobs() == [job_id]  # not sent to it again
+    await other.run_to_completion(job_id)
+    assert [a.worker_id for a in await harness.attempts(job_id)] == [
+        first.worker_id,
+        other.worker_id,
+    ]
+
+
 async def test_a_job_never_acknowledged_fails_at_the_bound_on_undelivered_dispatches(
     harness: FleetHarness,
 ) -> None:

@@ -42,6 +42,9 @@ class JobActor(JobFsmMixin, Actor):
         self.max_retries = record.max_retries
         self.worker_id: str | None = record.worker_id
         self.past_workers: set[str] = set()
+        # The worker that let its last dispatch pass the acknowledgement timeout: the next
+        # dispatch prefers another (matching.plan), as that one may never acknowledge.
+        self.unacknowledged_by: str | None = None
         # Why the orchestrator asked the agent to stop ("cancelled by …" or "timeout").
         self.stop_reason: str | None = record.stop_reason
         self.stop_is_timeout = record.stop_is_timeout
@@ -58,7 +61,13 @@ class JobActor(JobFsmMixin, Actor):
         return self.rec.config_name
 
     def pending_view(self) -> PendingJob:
-        return PendingJob(self.job_id, self.rec.priority, self.rec.seq, self.rec.requirements())
+        return PendingJob(
+            self.job_id,
+            self.rec.priority,
+            self.rec.seq,
+            self.rec.requirements(),
+            avoid=self.unacknowledged_by,
+        )
 
     async def receive(self, message: object) -> object:
         match message:
@@ -346,7 +355,9 @@ class JobActor(JobFsmMixin, Actor):
         )
         self._tell_worker(m.PushCancel(self.job_id, "dispatch not acknowledged"))
         self._release_worker(hold=False)
-        await self._requeue_or_fail(reason, self.ctx.clock.time(), undelivered=True)
+        await self._requeue_or_fail(
+            reason, self.ctx.clock.time(), undelivered=True, unacknowledged=True
+        )
 
     async def on_not_delivered(self, msg: m.NotDelivered) -> None:
         """The worker's stream closed before it acknowledged this attempt and did not come
@@ -417,7 +428,9 @@ class JobActor(JobFsmMixin, Actor):
 
     # --- common endings ------------------------------------------------------------------
 
-    async def _requeue_or_fail(self, reason: str, now: float, *, undelivered: bool = False) -> None:
+    async def _requeue_or_fail(
+        self, reason: str, now: float, *, undelivered: bool = False, unacknowledged: bool = False
+    ) -> None:
         if self.stop_reason is not None:
             # A cancel or timeout was asked for: losing the worker (or its acknowledgement)
             # ends the job as that stop would have; it never goes back to the queue.
@@ -437,6 +450,7 @@ class JobActor(JobFsmMixin, Actor):
         self._cancel_timers()
         if worker_id:
             self.past_workers.add(worker_id)
+        self.unacknowledged_by = worker_id if unacknowledged else None
         self.worker_id = None
         if new_state == JobState.PENDING:
             self.rec.finished_at = now  # the wait for the next dispatch starts now

@@ -112,6 +112,9 @@ class PendingJob:
     priority: int
     seq: int
     requirements: Requirements
+    # The worker that never acknowledged its last dispatch: another fitting idle worker is
+    # preferred, but the job never waits for one (see plan()).
+    avoid: str | None = None
 
 
 # --- one worker against one job -------------------------------------------------------
@@ -165,8 +168,20 @@ def plan(
     the first that qualifies (idle_workers.py; the scheduler keeps them in that order
     between passes). A longer queue indexes them instead: one shortlist per distinct set
     of label/GPU-name globs, then about one bisect per GPU-count bucket for each job
-    (matching_index.py). Both choose the same worker.
+    (matching_index.py). Both choose the same worker. A job that avoids a worker (it did
+    not acknowledge the job's last dispatch) is then moved off it where another worker no
+    job was given fits (``_steer_clear``); only then may a placement come out of order.
     """
+    placements = _plan(pending, idle_workers)
+    if any(job.avoid is not None for job in pending):  # rare: after an unacknowledged dispatch
+        pool = idle_workers if isinstance(idle_workers, IdleWorkers) else IdleWorkers(idle_workers)
+        return _steer_clear(pending, pool, placements)
+    return placements
+
+
+def _plan(
+    pending: Sequence[PendingJob], idle_workers: Sequence[WorkerView] | IdleWorkers
+) -> list[tuple[str, str]]:
     if isinstance(idle_workers, IdleWorkers):
         if len(pending) < SCAN_BELOW_JOBS:
             return _plan_in_fit_order(pending, idle_workers)
@@ -192,6 +207,33 @@ def plan(
         placed_jobs.add(job.job_id)
         placements.append((job.job_id, index.workers[rank].worker_id))
     return placements
+
+
+def _steer_clear(
+    pending: Sequence[PendingJob], pool: IdleWorkers, placements: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Move each job placed on the worker it avoids to the best other free worker that
+    fits it, if any (a worker that takes job_submits and never acknowledges them would
+    otherwise get the same job again, each time after the acknowledgement timeout).
+    Only workers nobody was given are taken, so no job loses its place; a worker given up
+    may then fit a job left unplaced, so those are planned again on what is still free."""
+    jobs = {job.job_id: job for job in pending}
+    taken = {worker_id for _, worker_id in placements}
+    steered = list(placements)
+    for i, (job_id, worker_id) in enumerate(steered):
+        if jobs[job_id].avoid != worker_id:
+            continue
+        other = pool.best_for(jobs[job_id].requirements.key(), taken)
+        if other is not None:  # else only the avoided worker fits: it still goes there
+            steered[i] = (job_id, other.worker_id)
+            taken.add(other.worker_id)
+    if steered == placements:
+        return placements
+    placed = {job_id for job_id, _ in steered}
+    taken = {worker_id for _, worker_id in steered}
+    left = [job for job in pending if job.job_id not in placed]
+    free = [worker for worker in pool.values() if worker.worker_id not in taken]
+    return steered + plan(left, free) if left and free else steered
 
 
 # Below this many pending jobs a pass walks the idle workers in fit order instead of
