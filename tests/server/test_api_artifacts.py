@@ -17,6 +17,7 @@ import pytest
 
 from tests.server.conftest import Server
 from tests.server.protocol import WorkerClient, eventually
+from tunefleet.artifacts import service as artifact_service
 from tunefleet.http import keys
 
 TOKEN_HEADER = "X-Upload-Token"
@@ -657,3 +658,60 @@ async def test_at_start_an_upload_of_a_superseded_attempt_is_aborted(server: Ser
     assert not (parts / upload_id).exists()
     assert await server.store.artifacts.multipart(kept_id) is not None, "the live one is kept"
     assert (parts / kept_id).is_dir()
+
+
+class CountedSizes:
+    """Counts the reads of a job's stored sizes (one per completed report, at most)."""
+
+    def __init__(self, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+        records = server.app[keys.ARTIFACTS].records
+        self.jobs: list[str] = []
+        real = records.sizes
+
+        async def sizes(job_id: str) -> list[int]:
+            self.jobs.append(job_id)
+            return list(await real(job_id))
+
+        monkeypatch.setattr(records, "sizes", sizes)
+
+
+async def test_a_job_that_uploaded_nothing_completes_without_reading_sizes(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = CountedSizes(server, monkeypatch)
+    worker = await server.connected_worker()
+    quiet = Uploader(server, await dispatched(server, worker))
+    await worker.report(quiet.job_id, "completed")
+    await server.wait_job(quiet.job_id, "completed")
+    assert counted.jobs == []
+    assert not any("artifacts stored" in line for line in await timeline(server, quiet.job_id))
+    # One that uploaded is counted and its line written, as always.
+    busy = Uploader(server, await dispatched(server, worker))
+    await busy.stored("final/model.bin", b"weights")
+    await worker.report(busy.job_id, "completed")
+    await server.wait_job(busy.job_id, "completed")
+    assert counted.jobs == [busy.job_id]
+    assert "artifacts stored (1 files, 7 bytes)" in await timeline(server, busy.job_id)
+
+
+async def test_a_job_from_before_the_start_is_read_as_always(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = CountedSizes(server, monkeypatch)
+    worker = await server.connected_worker()
+    up = Uploader(server, await dispatched(server, worker))
+    server.app[keys.ARTIFACTS]._nothing_stored.clear()  # as when submitted to an earlier process
+    await worker.report(up.job_id, "completed")
+    await server.wait_job(up.job_id, "completed")
+    assert counted.jobs == [up.job_id]
+
+
+async def test_only_the_newest_jobs_are_remembered_as_having_stored_nothing(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(artifact_service, "NOTHING_STORED_LIMIT", 2)
+    artifacts = server.app[keys.ARTIFACTS]
+    artifacts._nothing_stored.clear()
+    for job_id in ("j_1", "j_2", "j_3"):
+        artifacts.note_new_job(job_id)
+    assert list(artifacts._nothing_stored) == ["j_2", "j_3"]  # j_1 is read at its end

@@ -333,6 +333,8 @@ class Fleet:
         rec.state = JobState.PENDING
         rec.submitted_by = actor
         rec.submitted_at = self.ctx.clock.time()
+        if self.ctx.artifacts is not None:
+            self.ctx.artifacts.note_new_job(rec.job_id)
         event = self.ctx.audit.entry(
             AuditKind.JOB_SUBMITTED,
             actor=actor,

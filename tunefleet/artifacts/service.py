@@ -29,6 +29,8 @@ from tunefleet.tokens import hash_token
 log = structlog.get_logger(__name__)
 
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+# Submitted jobs remembered as having stored nothing yet (about 100 bytes each).
+NOTHING_STORED_LIMIT = 10_000
 _LIVE_STATES = (JobState.DISPATCHED, JobState.RUNNING)  # an attempt may still upload
 # Timeline kinds (job_event.kind); each entry's detail carries the sentence users read.
 CHECKPOINT_STORED = "checkpoint_stored"
@@ -63,6 +65,11 @@ class Artifacts:
         # Jobs that started a multipart upload since this process started: when one ends,
         # what it left unfinished is aborted (a set lookup for every other job's end).
         self._multipart_jobs: set[str] = set()
+        # Jobs submitted since this process started that no upload has reached yet
+        # (oldest first, bounded): a completed report of one of them has nothing stored
+        # to count, so its outcome skips the read of the job's sizes, on every job cycle.
+        # Jobs from before the start, or forgotten here, are read as always.
+        self._nothing_stored: dict[str, None] = {}
         self._sweeps: set[asyncio.Task[None]] = set()
         # Writes of one key, one at a time (lock, writers waiting or holding it).
         self._writers: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
@@ -82,7 +89,17 @@ class Artifacts:
                 f"works: that attempt ended (the job is {scope.job_state}, on attempt "
                 f"{scope.job_attempts})"
             )
+        self._nothing_stored.pop(scope.job_id, None)  # before anything of it is stored
         return UploadScope(scope.job_id, scope.attempt)
+
+    def note_new_job(self, job_id: str) -> None:
+        """A job submitted now: nothing of it is stored until an upload opens its scope."""
+        if self.store.presigns:
+            return  # workers may put straight into the bucket: only a listing tells
+        self._nothing_stored[job_id] = None
+        if len(self._nothing_stored) > NOTHING_STORED_LIMIT:
+            # Jobs that ended another way linger; forgetting one only costs it a read.
+            del self._nothing_stored[next(iter(self._nothing_stored))]
 
     # --- writes -------------------------------------------------------------------------
 
@@ -282,6 +299,8 @@ class Artifacts:
 
     async def record_outcome(self, job_id: str, attempt: int, outputs: Any) -> None:
         """The timeline line of a completed attempt: what is stored, or why not."""
+        nothing_stored = job_id in self._nothing_stored
+        self._nothing_stored.pop(job_id, None)
         if isinstance(outputs, dict) and outputs.get("stored") is False:
             reason = str(outputs.get("reason") or "no reason given")[:300]
             await self.db.append_job_event(
@@ -290,6 +309,8 @@ class Artifacts:
                 attempt=attempt,
                 detail={"message": f"artifacts not stored: {reason}", "reason": reason},
             )
+            return
+        if nothing_stored:
             return
         await self.sync_bucket(job_id)
         sizes = await self.records.sizes(job_id)
