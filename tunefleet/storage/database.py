@@ -35,7 +35,7 @@ from tunefleet.errors import TunefleetError
 from tunefleet.storage.errors import DatabaseClosed, DatabaseUnavailable
 from tunefleet.storage.migrations import MigrationResult, migrate
 from tunefleet.storage.models import database_proxy
-from tunefleet.storage.statements import execute
+from tunefleet.storage.statements import Savepoint
 from tunefleet.storage.urls import (
     SQLITE_BUSY_TIMEOUT_MS,
     Backend,
@@ -350,15 +350,15 @@ class Database:
             # released before the next: three statement texts, not three per write, in
             # sqlite3's cache of 128 prepared statements (a group of 50 would evict the
             # hot INSERTs and UPDATEs, to be prepared again).
-            execute(database, "SAVEPOINT write")
             try:
-                outcomes.append((True, call.fn()))
+                with Savepoint(database, "write"):
+                    value = call.fn()
             except Exception as exc:
-                execute(database, "ROLLBACK TO SAVEPOINT write")
                 self._failed_writes += 1
                 outcomes.append((False, exc))
                 self._rolled_back()
-            execute(database, "RELEASE SAVEPOINT write")
+            else:
+                outcomes.append((True, value))
 
     def _run_alone(self, call: _Call, transaction: Any) -> tuple[bool, Any]:
         """A group of one needs no savepoint (two statements, two round trips on

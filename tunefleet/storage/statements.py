@@ -91,22 +91,27 @@ def savepoint() -> AbstractContextManager[Any]:
     db = _database()
     if not db.in_transaction():
         return db.atomic()
-    return _Savepoint(db)
+    return Savepoint(db, "one_row")
 
 
-class _Savepoint:
-    __slots__ = ("_db",)
+class Savepoint:
+    """A plain-SQL savepoint named ``name`` in ``db``'s open transaction: rolled back to
+    when the block raises (the error goes on), released either way. One fixed name per
+    use keeps the statement texts few in sqlite3's cache of prepared statements."""
 
-    def __init__(self, db: pw.Database) -> None:
+    __slots__ = ("_db", "_name")
+
+    def __init__(self, db: pw.Database, name: str) -> None:
         self._db = db
+        self._name = name
 
     def __enter__(self) -> None:
-        execute(self._db, "SAVEPOINT one_row")
+        execute(self._db, f"SAVEPOINT {self._name}")
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is not None:
-            execute(self._db, "ROLLBACK TO SAVEPOINT one_row")
-        execute(self._db, "RELEASE SAVEPOINT one_row")
+            execute(self._db, f"ROLLBACK TO SAVEPOINT {self._name}")
+        execute(self._db, f"RELEASE SAVEPOINT {self._name}")
 
 
 def update_where(
@@ -130,21 +135,28 @@ def update_where(
     if plan is None:
         sql = _update_sql(db, model, changes, equal, in_name, len(in_values), null)
         names = (*changes, *equal, *[in_name] * len(in_values))
-        fields = model._meta.fields
-        converters = tuple((stored_as_is(fields[n]), fields[n].db_value) for n in names)
-        plan = _UPDATES[key] = (sql, converters)
+        plan = _UPDATES[key] = (sql, _converters(model, names))
     sql, converters = plan
-    # Each value through its field's db_value, but those it would store unchanged.
-    params = [
-        value if value is None or value.__class__ is kind else db_value(value)
-        for (kind, db_value), value in zip(
-            converters, (*changes.values(), *equal.values(), *in_values), strict=True
-        )
-    ]
+    params = _bound(converters, (*changes.values(), *equal.values(), *in_values))
     return int(execute(db, sql, params).rowcount)
 
 
-_UPDATES: dict[tuple[Any, ...], tuple[str, tuple[tuple[type | None, Any], ...]]] = {}
+_Converters = tuple[tuple[type | None, Any], ...]
+_UPDATES: dict[tuple[Any, ...], tuple[str, _Converters]] = {}
+
+
+def _converters(model: type[pw.Model], names: Sequence[str]) -> _Converters:
+    """Per parameter, the class its field stores as it is and the field's db_value."""
+    fields = model._meta.fields
+    return tuple((stored_as_is(fields[n]), fields[n].db_value) for n in names)
+
+
+def _bound(converters: _Converters, values: Iterable[Any]) -> list[Any]:
+    """Each value through its field's db_value, but those it would store unchanged."""
+    return [
+        value if value is None or value.__class__ is kind else db_value(value)
+        for (kind, db_value), value in zip(converters, values, strict=True)
+    ]
 
 
 def update_each(
@@ -158,17 +170,9 @@ def update_each(
     plan = _UPDATES.get(sql_key)
     if plan is None:
         sql = _update_sql(db, model, columns, (key,), "", 0, ())
-        fields = model._meta.fields
-        converters = tuple((stored_as_is(fields[n]), fields[n].db_value) for n in (*columns, key))
-        plan = _UPDATES[sql_key] = (sql, converters)
+        plan = _UPDATES[sql_key] = (sql, _converters(model, (*columns, key)))
     sql, converters = plan
-    params = [
-        [
-            value if value is None or value.__class__ is kind else db_value(value)
-            for (kind, db_value), value in zip(converters, row, strict=True)
-        ]
-        for row in rows
-    ]
+    params = [_bound(converters, row) for row in rows]
     cursor = db.cursor()
     cursor.executemany(sql, params)
     return int(cursor.rowcount)
