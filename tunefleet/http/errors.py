@@ -142,6 +142,12 @@ def failure_response(request: web.Request, error: Exception, rid: str) -> web.Re
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Render every failure as JSON ``{"detail"}`` and tag every response with a request id.
     (The server's own app does this in ``front_door``, with its other per-request duties.)"""
+    return await answer_or_render(request, handler)
+
+
+async def answer_or_render(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The handler's response, or its failure rendered as JSON; the request's id on every
+    log line of the request and on the response."""
     rid = start_request(request)
     # Every log line of the request carries its id. bind/reset, not bound_contextvars():
     # the same binding without a generator and a copy of the whole context per request.

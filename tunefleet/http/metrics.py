@@ -60,8 +60,14 @@ def request_timing_middleware(
         finally:
             target = find(request)
             if target is not None:
-                method = request.method if request.method in METHODS else "other"
-                elapsed_s = time.perf_counter() - started
-                target.observe_http_request(method, route_label(request), status, elapsed_s)
+                observe_request(target, request, status, started)
 
     return time_request
+
+
+def observe_request(metrics: Metrics, request: web.Request, status: int, started: float) -> None:
+    """One request in ``http_request_duration_seconds``: its method, route and the status
+    the client got, ``started`` being its ``time.perf_counter()`` at the start."""
+    method = request.method if request.method in METHODS else "other"
+    elapsed_s = time.perf_counter() - started
+    metrics.observe_http_request(method, route_label(request), status, elapsed_s)
