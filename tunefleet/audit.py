@@ -15,7 +15,7 @@ import json
 import queue
 import threading
 import weakref
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -92,9 +92,14 @@ class AuditLog:
         # One thread, FIFO: lines land in the order they were recorded, and the
         # event loop never waits on the disk. A queue and a thread of its own, not an
         # executor: a batch's hand-off is one put, its answer one call_soon_threadsafe.
+        # (The lines of events stored with a job's change are written by the database
+        # thread instead, as the commit's sequel: write_committed.)
         self._batches: queue.SimpleQueue[_Written | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._file: IO[str] | None = None
+        # The file is appended from two threads: the writer's, and the database's for
+        # the lines of events stored with a change (write_committed).
+        self._file_lock = threading.Lock()
         self._batch: _LineBatch | None = None
         self._closed = False
 
@@ -170,6 +175,26 @@ class AuditLog:
         """Append the line of an event now stored (``stored`` is its stored record)."""
         await self._append_line(_line_fields(event, stored=stored))
 
+    def write_committed(self, events: Iterable[tuple[AuditEntry, Any]]) -> None:
+        """Append the lines of events whose transaction has just committed, each with its
+        stored record, on the thread that committed it: the database's, as the write's
+        ``after_commit`` (Persistence). One write and one flush, and no hand-off to the
+        writer thread and back: the lines are written before the change's caller hears
+        that it is stored. A failing write is logged, as on the writer thread."""
+        lines: list[str] = []
+        kinds: list[str] = []
+        for event, stored in events:
+            lines.append(_LINE_ENCODER.encode(_line_fields(event, stored=stored)))
+            kinds.append(event.kind)
+        if not lines:
+            return
+        try:
+            self._write_lines(lines)
+        except Exception as error:
+            log.error("audit line not written", path=str(self.path), kinds=kinds, error=str(error))
+        if self._closed:  # committed while the log closed: the file is not left open
+            self._close_file()
+
     async def close(self) -> None:
         """Write what is queued, then close the file. Safe to call twice."""
         if self._closed:
@@ -218,11 +243,12 @@ class AuditLog:
         self._write("\n".join(lines))
 
     def _write(self, text: str) -> None:
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
-        self._file.write(text + "\n")
-        self._file.flush()
+        with self._file_lock:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write(text + "\n")
+            self._file.flush()
 
     def _write_batches(self) -> None:
         """The writer thread: each batch written in turn, its callers woken on their loop."""
@@ -237,9 +263,10 @@ class AuditLog:
                 item.loop.call_soon_threadsafe(self._written, item.batch, error)
 
     def _close_file(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._file_lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 @dataclass(frozen=True, slots=True)

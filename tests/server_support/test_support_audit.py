@@ -386,3 +386,65 @@ async def test_with_the_real_store(tmp_path: Path) -> None:
         assert TOKEN not in json.dumps([r.detail for r in rows])
     finally:
         await db.close()
+
+
+async def test_lines_of_committed_events_are_written_by_the_committing_thread(
+    audit: AuditLog, store: FakeStore
+) -> None:
+    """write_committed (a write's after_commit, on the database thread): the same lines
+    as record's, in one write, with no hand-off to the writer thread."""
+    first = audit.entry(AuditKind.JOB_SUBMITTED, actor="api", target="j_1", config_name="c")
+    second = audit.entry(AuditKind.JOB_DISPATCHED, actor="scheduler", target="j_1", attempt=1)
+    rows = [await store.append_audit(e.kind, at=e.at, **e.fields) for e in (first, second)]
+    writes: list[tuple[str, str]] = []
+    real_write = AuditLog._write
+
+    def spy(self: AuditLog, text: str) -> None:
+        writes.append((threading.current_thread().name, text))
+        real_write(self, text)
+
+    committing = threading.Thread(
+        target=audit.write_committed, args=([(first, rows[0]), (second, rows[1])],), name="db"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AuditLog, "_write", spy)
+        committing.start()
+        await asyncio.to_thread(committing.join, 10)
+    assert [name for name, _ in writes] == ["db"]  # one write, on the committing thread
+    assert audit._writer is None  # the writer thread was never needed
+    written = lines(audit.path)
+    assert [(line["kind"], line["id"], line["hash"]) for line in written] == [
+        ("job.submitted", 1, "h1"),
+        ("job.dispatched", 2, "h2"),
+    ]
+    # Byte for byte what record's path writes for the same event and stored row.
+    await audit.recorded(second, rows[1])
+    assert lines(audit.path)[-1] == written[1]
+
+
+async def test_a_committed_line_that_cannot_be_written_is_logged(
+    store: FakeStore, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "audit.jsonl"
+    blocked.mkdir()
+    audit = AuditLog(store.append_audit, blocked, StillClock())
+    event = audit.entry(AuditKind.JOB_COMPLETED, actor="w_1", target="j_1")
+    row = await store.append_audit(event.kind, at=event.at, **event.fields)
+    with capture_logs() as logs:
+        audit.write_committed([(event, row)])
+    await audit.close()
+    assert [(e["event"], e["kinds"]) for e in logs] == [
+        ("audit line not written", ["job.completed"])
+    ]
+
+
+async def test_a_line_committed_after_close_is_written_and_the_file_closed(
+    store: FakeStore, tmp_path: Path
+) -> None:
+    audit = AuditLog(store.append_audit, tmp_path / "audit.jsonl", StillClock())
+    event = audit.entry(AuditKind.JOB_COMPLETED, actor="w_1", target="j_1")
+    row = await store.append_audit(event.kind, at=event.at, **event.fields)
+    await audit.close()
+    audit.write_committed([(event, row)])
+    assert [line["id"] for line in lines(tmp_path / "audit.jsonl")] == [1]
+    assert audit._file is None

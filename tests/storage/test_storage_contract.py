@@ -188,6 +188,22 @@ async def test_attempts_are_counted_by_outcome_for_a_page_of_jobs(store: Store) 
     assert await store.count_attempts_by_outcome([], "lost") == {}
 
 
+async def test_after_commit_follows_a_kept_write_before_its_caller_hears(store: Store) -> None:
+    followed: list[object] = []
+
+    def fail(repos: Repos) -> None:
+        repos.audit.append("doomed")
+        raise RuntimeError("the commit failed")
+
+    stored = await store.atomically(
+        lambda repos: repos.audit.append("kept"), after_commit=followed.append
+    )
+    assert followed == [stored]
+    with pytest.raises(RuntimeError, match="commit failed"):
+        await store.atomically(fail, after_commit=followed.append)
+    assert followed == [stored]
+
+
 async def test_a_failed_write_keeps_nothing_and_the_next_one_works(store: Store) -> None:
     await store.create_job("j_1", config={})
     await store.append_audit("first")

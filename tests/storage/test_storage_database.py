@@ -11,6 +11,7 @@ from pathlib import Path
 import peewee as pw
 import pytest
 from storage_testkit import DbTarget, pg_connect
+from structlog.testing import capture_logs
 
 from tunefleet.storage.database import Database, open_database
 from tunefleet.storage.errors import DatabaseClosed
@@ -496,3 +497,71 @@ async def test_a_lone_write_runs_without_a_savepoint_a_group_with_one_each(
         ]
     finally:
         await db.close()
+
+
+# --- after_commit: what must follow a write's commit, on the DB thread ------------------
+
+
+async def test_after_commit_runs_on_the_db_thread_once_committed_before_the_answer(
+    db: Database,
+) -> None:
+    seen: list[tuple[str, int, bool]] = []
+
+    def after(worker_id: str) -> None:
+        seen.append((worker_id, threading.get_ident(), database_proxy.in_transaction()))
+
+    assert await db.write(_insert_worker("w_1"), after_commit=after) == "w_1"
+    # Heard of by the time the caller is answered: no hand-off of its own.
+    assert seen == [("w_1", db.thread_id, False)]
+
+
+async def test_after_commit_follows_only_the_writes_a_group_kept(db: Database) -> None:
+    def fail() -> str:
+        _insert_worker("w_doomed")()
+        raise ValueError("changed my mind")
+
+    followed: list[str] = []
+    gate, held = await _hold_thread(db)
+    writes = [
+        asyncio.create_task(db.write(fn, after_commit=followed.append))
+        for fn in (_insert_worker("w_a"), fail, _insert_worker("w_b"))
+    ]
+    await _queued(db, 3)
+    gate.release.set()
+    await held
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert results[0] == "w_a" and isinstance(results[1], ValueError) and results[2] == "w_b"
+    assert followed == ["w_a", "w_b"]  # in the group's order; not the one rolled back
+
+
+async def test_after_commit_is_not_run_when_the_group_is_not_committed(db: Database) -> None:
+    def refuse(database: pw.Database) -> None:
+        raise RuntimeError("not the leader")
+
+    def insert_then_fail() -> str:
+        _insert_worker("w_2")()
+        raise ValueError("changed my mind")
+
+    followed: list[str] = []
+    db.set_write_fence(refuse)  # the whole group refused
+    with pytest.raises(RuntimeError, match="not the leader"):
+        await db.write(_insert_worker("w_1"), after_commit=followed.append)
+    db.set_write_fence(None)
+    with pytest.raises(ValueError, match="changed my mind"):  # a lone write rolled back
+        await db.write(insert_then_fail, after_commit=followed.append)
+    assert followed == []
+    assert await db.read(_worker_ids) == []
+
+
+async def test_an_after_commit_that_raises_is_logged_and_the_write_still_answered(
+    db: Database,
+) -> None:
+    def broken(worker_id: str) -> None:
+        raise OSError("disk full")
+
+    with capture_logs() as logs:
+        assert await db.write(_insert_worker("w_1"), after_commit=broken) == "w_1"
+    assert [(e["event"], e["log_level"]) for e in logs] == [
+        ("storage.after_commit_failed", "error")
+    ]
+    assert await db.read(_worker_ids) == ["w_1"]

@@ -41,7 +41,7 @@ def build_fleet(
         settings=settings,
         clock=clock,
         system=ActorSystem(clock),
-        persistence=Persistence(store),
+        persistence=Persistence(store, audit),
         audit=audit,
         hub=hub if hub is not None else EventHub(),
         metrics=metrics if metrics is not None else Metrics(),

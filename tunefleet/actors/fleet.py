@@ -379,13 +379,10 @@ class Fleet:
         """One commit for the job, then one ask that queues it and answers where it
         stands; the job's actor is asked only when the scheduler dispatched it already."""
         rec = job.rec
-        rec.seq, stored = await self.ctx.persistence.create_job(rec, event)
+        # Its audit line is written with the commit, before the dispatch's can be.
+        rec.seq = await self.ctx.persistence.create_job(rec, event)
         self._adopt_job(job)
-        # Queued before the audit line is written: the dispatch commit need not wait.
-        # The line still comes before its dispatch's, which waits for that commit, and
-        # one after the other costs less than two tasks gathered (about 30 µs).
         place = await self.ctx.scheduler.ask(m.QueueNewJob(job.pending_view()))
-        await self.ctx.audit.recorded(event, stored)
         position, reason = cast(tuple[int | None, str | None], place)
         if reason is not None and reason != rec.wait_reason:
             # A worker changed between the placement and the queueing (or a reservation
@@ -409,10 +406,8 @@ class Fleet:
     async def _submit_placed(self, job: JobActor, worker: WorkerActor, event: AuditEntry) -> None:
         """One commit for the submission and the dispatch; the job_submit is pushed after
         it, then the actor runs as if it had been dispatched from the queue."""
-        recorded = await job.store_placed(worker, event)
+        await job.store_placed(worker, event)
         self._adopt_job(job)  # before its worker can report on it: no await since the push
-        # Both lines in one hand-off to the audit file's thread, not one after the other.
-        await asyncio.gather(*(self.ctx.audit.recorded(entry, row) for entry, row in recorded))
 
     def _adopt_job(self, job: JobActor) -> None:
         self.ctx.jobs[job.job_id] = job

@@ -22,7 +22,6 @@ from tunefleet.tokens import hash_token, new_upload_token
 
 if TYPE_CHECKING:
     from tunefleet.actors.worker_actor import WorkerActor
-    from tunefleet.storage.rows import AuditEventRow
 
 log = structlog.get_logger(__name__)
 
@@ -125,7 +124,7 @@ class JobActor(JobFsmMixin, Actor):
         now = self.ctx.clock.time()
         event = self._begin_dispatch(worker_id, now)
         try:
-            stored = await self.ctx.persistence.commit_dispatch(
+            await self.ctx.persistence.commit_dispatch(
                 self._sync(),
                 worker_id,
                 self.attempts,
@@ -139,25 +138,18 @@ class JobActor(JobFsmMixin, Actor):
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             raise
         self._push_dispatch(worker, token, now)
-        await self.ctx.audit.recorded(event, stored)
         self._publish()
 
-    async def store_placed(
-        self, worker: WorkerActor, submitted: AuditEntry
-    ) -> list[tuple[AuditEntry, AuditEventRow]]:
+    async def store_placed(self, worker: WorkerActor, submitted: AuditEntry) -> None:
         """Before this actor is spawned: store the new job already dispatched to ``worker``
-        (reserved for it), in one commit with its submission, then push it to the worker.
-        Returns the audit events to append once the actor is known. If the commit fails
-        nothing was stored: the worker's reservation is cancelled and the error raised."""
+        (reserved for it), in one commit with its submission and both audit events (their
+        lines written with it), then push it to the worker. If the commit fails nothing
+        was stored: the worker's reservation is cancelled and the error raised."""
         token = new_upload_token() if self.ctx.artifacts is not None else ""
         now = self.ctx.clock.time()
         dispatched = self._begin_dispatch(worker.worker_id, now)
         try:
-            (
-                seq,
-                stored_submitted,
-                stored_dispatched,
-            ) = await self.ctx.persistence.create_dispatched_job(
+            seq = await self.ctx.persistence.create_dispatched_job(
                 self._sync(),
                 submitted,
                 dispatched,
@@ -169,7 +161,6 @@ class JobActor(JobFsmMixin, Actor):
         self.rec.seq = seq
         self._push_dispatch(worker, token, now)
         self._publish()
-        return [(submitted, stored_submitted), (dispatched, stored_dispatched)]
 
     def _begin_dispatch(self, worker_id: str, now: float) -> AuditEntry:
         """The dispatch in memory (one more attempt), and its audit event to store with it."""
@@ -458,11 +449,10 @@ class JobActor(JobFsmMixin, Actor):
             event = self.ctx.audit.entry(
                 AuditKind.JOB_REQUEUED, actor="supervisor", target=self.job_id, reason=reason
             )
-            stored = await self.ctx.persistence.commit_requeue(
+            await self.ctx.persistence.commit_requeue(
                 self.job_id, self.attempts, worker_id, reason, now, event, undelivered=undelivered
             )
             self.ctx.metrics.requeues.labels(reason=_reason_kind(reason)).inc()
-            await self.ctx.audit.recorded(event, stored)
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             self._publish()
             return
@@ -502,7 +492,7 @@ class JobActor(JobFsmMixin, Actor):
         event = self.ctx.audit.entry(
             f"job.{dest}", actor=worker_id or "orchestrator", target=self.job_id, reason=reason
         )
-        stored = await self.ctx.persistence.commit_end(
+        await self.ctx.persistence.commit_end(
             self.job_id,
             dest,
             self.attempts,
@@ -514,7 +504,6 @@ class JobActor(JobFsmMixin, Actor):
             reported=reported,
         )
         self.ctx.metrics.jobs_finished.labels(outcome=str(dest)).inc()
-        await self.ctx.audit.recorded(event, stored)
         if self.ctx.artifacts is not None:
             self.ctx.artifacts.job_ended(self.job_id)
         log.info("job ended", job_id=self.job_id, state=str(dest), reason=reason)

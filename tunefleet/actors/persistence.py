@@ -3,26 +3,31 @@
 Actors speak in domain steps (a dispatch, an acknowledgement, a requeue, an end);
 this module turns each step into compare-and-set updates plus the attempt, timeline
 and audit rows that go with it, so a step is recorded whole or not at all, in one
-commit (the audit event's JSON line follows, from AuditLog.recorded).
+commit. The audit events' JSON lines are written on the database thread once that
+commit is done, before the step's caller hears back (AuditLog.write_committed): no
+hand-off of their own to the audit file's thread and back.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from tunefleet.actors.clock import Clock, Timer
 from tunefleet.actors.records import JobRecord, WorkerRecord
-from tunefleet.audit import AuditEntry
+from tunefleet.audit import AuditEntry, AuditLog
 from tunefleet.errors import Conflict
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.protocol.events import DEFAULT_CANCEL_REASON
-from tunefleet.storage.rows import AuditEventRow, JobRow, WorkerRow
+from tunefleet.storage.rows import JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_metrics import metric_point
+
+T = TypeVar("T")
 
 _LIVE = tuple(state for state in JobState if state not in TERMINAL_JOB_STATES)
 # Heartbeats seen within this many seconds share one write.
@@ -141,11 +146,32 @@ def _insert_submitted(repos: Repos, rec: JobRecord, **placed: Any) -> int:
 
 
 class Persistence:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, audit: AuditLog | None = None) -> None:
+        """``audit`` writes the lines of the audit events stored with a step; without it
+        (tests of other steps) a step that stores an audit event is refused."""
         self.store = store
+        self._audit = audit
         self._beats: dict[str, WorkerRecord] = {}
         self._flush_timer: Timer | None = None
         self._flushing: set[asyncio.Future[None]] = set()
+
+    async def _audited(self, fn: Callable[[Repos], T], *events: AuditEntry) -> T:
+        """``fn`` and the audit rows of ``events`` (after its own rows) in one write; the
+        events' lines are on file when this returns, written by the database thread right
+        after the commit. If the write fails, neither rows nor lines are written."""
+        audit = self._audit
+        if audit is None:
+            raise RuntimeError("this Persistence has no audit log to write the lines to")
+
+        def write(repos: Repos) -> tuple[T, list[Any]]:
+            value = fn(repos)
+            return value, [repos.audit.append(**event.row()) for event in events]
+
+        def lines(written: tuple[T, list[Any]]) -> None:
+            audit.write_committed(zip(events, written[1], strict=True))
+
+        value, _ = await self.store.atomically(write, after_commit=lines)
+        return value
 
     # --- loading at start ---------------------------------------------------------------
 
@@ -240,15 +266,14 @@ class Persistence:
 
     # --- jobs ---------------------------------------------------------------------------
 
-    async def create_job(self, rec: JobRecord, event: AuditEntry) -> tuple[int, AuditEventRow]:
-        """Store a submitted job with its audit event; (its seq, the stored event)."""
+    async def create_job(self, rec: JobRecord, event: AuditEntry) -> int:
+        """Store a submitted job with its audit event; its seq."""
 
-        def create(repos: Repos) -> tuple[int, AuditEventRow]:
+        def create(repos: Repos) -> int:
             # With the reason it waits, when the scheduler gave one before this write.
-            seq = _insert_submitted(repos, rec, wait_reason=rec.wait_reason)
-            return seq, repos.audit.append(**event.row())
+            return _insert_submitted(repos, rec, wait_reason=rec.wait_reason)
 
-        return await self.store.atomically(create)
+        return await self._audited(create, event)
 
     async def create_dispatched_job(
         self,
@@ -256,13 +281,13 @@ class Persistence:
         submitted: AuditEntry,
         dispatched: AuditEntry,
         upload_token_hash: str | None = None,
-    ) -> tuple[int, AuditEventRow, AuditEventRow]:
+    ) -> int:
         """Store a job placed before it was first written: submitted and dispatched
         (state, first attempt, both timeline entries, both audit events) in ONE commit.
-        The same rows as create_job then commit_dispatch; (seq, both stored events)."""
+        The same rows as create_job then commit_dispatch; its seq."""
         worker_id, attempt, now = rec.worker_id, rec.attempts, rec.dispatched_at
 
-        def create(repos: Repos) -> tuple[int, AuditEventRow, AuditEventRow]:
+        def create(repos: Repos) -> int:
             seq = _insert_submitted(
                 repos,
                 rec,
@@ -271,16 +296,15 @@ class Persistence:
                 attempts=attempt,
                 dispatched_at=now,
             )
-            stored_submitted = repos.audit.append(**submitted.row())
             repos.jobs.insert_attempt(rec.job_id, attempt, worker_id=worker_id, dispatched_at=now)
             if upload_token_hash is not None:
                 repos.artifacts.add_token(rec.job_id, attempt, upload_token_hash)
             repos.jobs.insert_event(
                 rec.job_id, JobState.DISPATCHED, worker_id=worker_id, attempt=attempt, at=now
             )
-            return seq, stored_submitted, repos.audit.append(**dispatched.row())
+            return seq
 
-        return await self.store.atomically(create)
+        return await self._audited(create, submitted, dispatched)
 
     async def save_wait_reason(self, job_id: str, reason: str) -> None:
         await self.store.update_job(job_id, wait_reason=reason)
@@ -293,8 +317,8 @@ class Persistence:
         now: float,
         event: AuditEntry,
         upload_token_hash: str | None = None,
-    ) -> AuditEventRow:
-        def dispatch(repos: Repos) -> AuditEventRow:
+    ) -> None:
+        def dispatch(repos: Repos) -> None:
             moved = repos.jobs.cas_state(
                 rec.job_id,
                 JobState.PENDING,
@@ -313,9 +337,8 @@ class Persistence:
             repos.jobs.insert_event(
                 rec.job_id, JobState.DISPATCHED, worker_id=worker_id, attempt=attempt, at=now
             )
-            return repos.audit.append(**event.row())
 
-        return await self.store.atomically(dispatch)
+        await self._audited(dispatch, event)
 
     async def commit_start(
         self, job_id: str, attempt: int, worker_id: str | None, now: float
@@ -383,13 +406,13 @@ class Persistence:
         event: AuditEntry,
         *,
         undelivered: bool = False,
-    ) -> AuditEventRow:
+    ) -> None:
         outcome = UNDELIVERED if undelivered else "lost"
         detail: dict[str, Any] = {"reason": reason}
         if undelivered:
             detail[UNDELIVERED] = True  # read back at start: it spent no retry
 
-        def requeue(repos: Repos) -> AuditEventRow:
+        def requeue(repos: Repos) -> None:
             repos.jobs.cas_state(
                 job_id,
                 (JobState.DISPATCHED, JobState.RUNNING),
@@ -406,9 +429,8 @@ class Persistence:
                 detail=detail,
                 at=now,
             )
-            return repos.audit.append(**event.row())
 
-        return await self.store.atomically(requeue)
+        await self._audited(requeue, event)
 
     async def commit_end(
         self,
@@ -422,12 +444,12 @@ class Persistence:
         event: AuditEntry,
         *,
         reported: dict[str, Any] | None = None,
-    ) -> AuditEventRow:
+    ) -> None:
         """The end of a job, with a final report's numbers (``reported``) as the last point
         of its metric history, in the same commit."""
         point = metric_point(reported) if attempt > 0 else None
 
-        def end(repos: Repos) -> AuditEventRow:
+        def end(repos: Repos) -> None:
             if point is not None:
                 repos.metrics.append(job_id, attempt, point[0], point[1], now)
             repos.jobs.cas_state(
@@ -443,9 +465,8 @@ class Persistence:
                 detail={"reason": reason} if reason else {},
                 at=now,
             )
-            return repos.audit.append(**event.row())
 
-        return await self.store.atomically(end)
+        await self._audited(end, event)
 
     async def job_summary(self, job_id: str) -> tuple[str, str | None, set[str]] | None:
         """(state, assigned worker, every worker that had an attempt) of a stored job."""

@@ -6,7 +6,9 @@ queue a synchronous callable and await its result, which the thread hands back w
 in ONE transaction, each in its own savepoint (a write alone needs none), so one fsync
 serves them all and a failing write undoes only itself. A write's caller hears back
 only after the commit, so an acknowledged write is durable. Reads run between write
-groups, after the writes queued before them.
+groups, after the writes queued before them. What must follow a write's commit before
+its caller hears back (the audit file's line) runs on this thread too, as the write's
+`after_commit`: no second hand-off to another thread and back.
 
 Group commit across requests: when writes come from several requests at once (the last
 group held more than one, or work was already waiting when the thread came back for
@@ -69,7 +71,7 @@ class DatabaseStats:
 
 
 class _Call:
-    __slots__ = ("fn", "future", "is_write", "loop", "settled")
+    __slots__ = ("after_commit", "fn", "future", "is_write", "loop", "settled")
 
     def __init__(
         self,
@@ -77,11 +79,13 @@ class _Call:
         loop: asyncio.AbstractEventLoop,
         future: asyncio.Future[Any],
         is_write: bool,
+        after_commit: Callable[[Any], None] | None = None,
     ) -> None:
         self.fn = fn
         self.loop = loop
         self.future = future
         self.is_write = is_write
+        self.after_commit = after_commit
         self.settled = False
 
     def settle(self, ok: bool, value: Any) -> None:
@@ -102,6 +106,13 @@ def _settle_all(calls: list[_Call], outcomes: list[tuple[bool, Any]]) -> None:
         # A closed caller loop (RuntimeError) means nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(_settle_futures, answers)
+
+
+def _run_after_commit(after_commit: Callable[[Any], None], value: Any) -> None:
+    try:
+        after_commit(value)
+    except Exception as exc:  # the write is committed: its caller still hears so
+        log.exception("storage.after_commit_failed", error=str(exc))
 
 
 def _settle_futures(answers: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
@@ -192,14 +203,19 @@ class Database:
         """Run `fn` on the DB thread (in a read transaction, for a consistent view)."""
         return await self._submit(fn, is_write=False)
 
-    async def write(self, fn: Callable[[], T]) -> T:
+    async def write(
+        self, fn: Callable[[], T], *, after_commit: Callable[[T], None] | None = None
+    ) -> T:
         """Run `fn` on the DB thread in a savepoint of a (possibly shared) transaction.
 
         Returns after the commit. If `fn` raises, its savepoint is rolled back and the
         error is raised here; the other writes of the group are kept. A cancelled caller
-        does not cancel the write.
+        does not cancel the write. `after_commit(result)`, if given, runs on the DB
+        thread once the commit is done and before the caller is answered; it is not
+        called for a write that failed or was rolled back, and what it raises is logged,
+        not raised (the write is committed).
         """
-        return await self._submit(fn, is_write=True)
+        return await self._submit(fn, is_write=True, after_commit=after_commit)
 
     async def close(self) -> None:
         """Run what is already queued, then close the connection. Idempotent."""
@@ -208,12 +224,18 @@ class Database:
             self._queue.put(_STOP)
         await asyncio.shield(self._closed)
 
-    async def _submit(self, fn: Callable[[], T], *, is_write: bool) -> T:
+    async def _submit(
+        self,
+        fn: Callable[[], T],
+        *,
+        is_write: bool,
+        after_commit: Callable[[T], None] | None = None,
+    ) -> T:
         if self._closing:
             raise DatabaseClosed(f"the database {self.description} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Call(fn, loop, future, is_write))
+        self._queue.put(_Call(fn, loop, future, is_write, after_commit))
         return await future
 
     # --- on the DB thread ---------------------------------------------------------------
@@ -339,6 +361,9 @@ class Database:
             for call in group:
                 call.settle(False, exc)
             return
+        for call, (ok, value) in zip(group, outcomes, strict=True):
+            if ok and call.after_commit is not None:
+                _run_after_commit(call.after_commit, value)
         _settle_all(group, outcomes)
 
     def _run_in_savepoints(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 import peewee as pw
+import structlog
 
 from tunefleet.storage.errors import DatabaseClosed
 from tunefleet.storage.rows import (
@@ -33,6 +34,8 @@ from tunefleet.storage.store_artifacts import (
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -96,17 +99,26 @@ class MemoryDatabase:
         await self._turn()
         return fn()
 
-    async def write(self, fn: Callable[[], T]) -> T:
-        """All of ``fn`` or none of it, like a savepoint of ``Database.write``."""
+    async def write(
+        self, fn: Callable[[], T], *, after_commit: Callable[[T], None] | None = None
+    ) -> T:
+        """All of ``fn`` or none of it, like a savepoint of ``Database.write``; then
+        ``after_commit(result)`` if it was kept, before the caller hears back."""
         await self._turn()
         saved = self.tables.snapshot()
         try:
-            return fn()
+            result = fn()
         except BaseException:
             self.tables.restore(saved)
             for forget in self._rollback_listeners:
                 forget()
             raise
+        if after_commit is not None:
+            try:
+                after_commit(result)
+            except Exception as exc:  # as Database.write: the write is kept all the same
+                log.exception("storage.after_commit_failed", error=str(exc))
+        return result
 
     async def close(self) -> None:
         self._closing = True

@@ -81,9 +81,13 @@ class Store:
         self._live_api_tokens: dict[str, ApiTokenRow] = {}
         self._api_token_revocations = 0
 
-    async def atomically(self, fn: Callable[[Repos], T]) -> T:
-        """Run `fn(repos)` on the DB thread as one write: all of it commits or none does."""
-        return await self.db.write(partial(fn, self.repos))
+    async def atomically(
+        self, fn: Callable[[Repos], T], *, after_commit: Callable[[T], None] | None = None
+    ) -> T:
+        """Run `fn(repos)` on the DB thread as one write: all of it commits or none does.
+        `after_commit(result)` then runs on the DB thread before the caller hears back
+        (Database.write)."""
+        return await self.db.write(partial(fn, self.repos), after_commit=after_commit)
 
     # --- workers ------------------------------------------------------------------------
 
