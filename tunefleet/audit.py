@@ -93,13 +93,15 @@ class AuditLog:
         # event loop never waits on the disk. A queue and a thread of its own, not an
         # executor: a batch's hand-off is one put, its answer one call_soon_threadsafe.
         # (The lines of events stored with a job's change are written by the database
-        # thread instead, as the commit's sequel: write_committed.)
+        # thread instead, right after their commit: stage_committed, write_staged.)
         self._batches: queue.SimpleQueue[_Written | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._file: IO[str] | None = None
         # The file is appended from two threads: the writer's, and the database's for
-        # the lines of events stored with a change (write_committed).
+        # the lines of events stored with a change (stage_committed, write_staged).
         self._file_lock = threading.Lock()
+        self._staged: list[str] = []
+        self._staged_kinds: list[str] = []
         self._batch: _LineBatch | None = None
         self._closed = False
 
@@ -175,19 +177,23 @@ class AuditLog:
         """Append the line of an event now stored (``stored`` is its stored record)."""
         await self._append_line(_line_fields(event, stored=stored))
 
-    def write_committed(self, events: Iterable[tuple[AuditEntry, Any]]) -> None:
-        """Append the lines of events whose transaction has just committed, each with its
-        stored record, on the thread that committed it: the database's, as the write's
-        ``after_commit`` (Persistence). One write and one flush, and no hand-off to the
-        writer thread and back: the lines are written before the change's caller hears
-        that it is stored. A failing write is logged, as on the writer thread."""
-        lines: list[str] = []
-        kinds: list[str] = []
+    def stage_committed(self, events: Iterable[tuple[AuditEntry, Any]]) -> None:
+        """The lines of events whose transaction has just committed, each with its stored
+        record, kept for ``write_staged``. Both run on the thread that committed it (the
+        database's: a write's ``after_commit`` and the database's ``on_commit``, wired by
+        Persistence), so a job's lines need no hand-off to the writer thread and back and
+        are on file before the change's caller hears that it is stored."""
         for event, stored in events:
-            lines.append(_LINE_ENCODER.encode(_line_fields(event, stored=stored)))
-            kinds.append(event.kind)
-        if not lines:
+            self._staged.append(_LINE_ENCODER.encode(_line_fields(event, stored=stored)))
+            self._staged_kinds.append(event.kind)
+
+    def write_staged(self) -> None:
+        """Append the staged lines: one write and one flush for a whole write group's.
+        A failing write is logged, as on the writer thread."""
+        if not self._staged:
             return
+        lines, kinds = self._staged, self._staged_kinds
+        self._staged, self._staged_kinds = [], []
         try:
             self._write_lines(lines)
         except Exception as error:

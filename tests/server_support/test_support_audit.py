@@ -391,8 +391,9 @@ async def test_with_the_real_store(tmp_path: Path) -> None:
 async def test_lines_of_committed_events_are_written_by_the_committing_thread(
     audit: AuditLog, store: FakeStore
 ) -> None:
-    """write_committed (a write's after_commit, on the database thread): the same lines
-    as record's, in one write, with no hand-off to the writer thread."""
+    """stage_committed then write_staged (a write's after_commit and the database's
+    on_commit, on its thread): the same lines as record's, the staged ones in one write,
+    with no hand-off to the writer thread."""
     first = audit.entry(AuditKind.JOB_SUBMITTED, actor="api", target="j_1", config_name="c")
     second = audit.entry(AuditKind.JOB_DISPATCHED, actor="scheduler", target="j_1", attempt=1)
     rows = [await store.append_audit(e.kind, at=e.at, **e.fields) for e in (first, second)]
@@ -403,9 +404,14 @@ async def test_lines_of_committed_events_are_written_by_the_committing_thread(
         writes.append((threading.current_thread().name, text))
         real_write(self, text)
 
-    committing = threading.Thread(
-        target=audit.write_committed, args=([(first, rows[0]), (second, rows[1])],), name="db"
-    )
+    def commit_two_writes() -> None:
+        audit.stage_committed([(first, rows[0])])
+        audit.stage_committed([(second, rows[1])])
+        assert not audit.path.exists()  # staged, not written yet
+        audit.write_staged()
+        audit.write_staged()  # nothing staged: nothing written
+
+    committing = threading.Thread(target=commit_two_writes, name="db")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(AuditLog, "_write", spy)
         committing.start()
@@ -431,7 +437,8 @@ async def test_a_committed_line_that_cannot_be_written_is_logged(
     event = audit.entry(AuditKind.JOB_COMPLETED, actor="w_1", target="j_1")
     row = await store.append_audit(event.kind, at=event.at, **event.fields)
     with capture_logs() as logs:
-        audit.write_committed([(event, row)])
+        audit.stage_committed([(event, row)])
+        audit.write_staged()
     await audit.close()
     assert [(e["event"], e["kinds"]) for e in logs] == [
         ("audit line not written", ["job.completed"])
@@ -445,6 +452,7 @@ async def test_a_line_committed_after_close_is_written_and_the_file_closed(
     event = audit.entry(AuditKind.JOB_COMPLETED, actor="w_1", target="j_1")
     row = await store.append_audit(event.kind, at=event.at, **event.fields)
     await audit.close()
-    audit.write_committed([(event, row)])
+    audit.stage_committed([(event, row)])
+    audit.write_staged()
     assert [line["id"] for line in lines(tmp_path / "audit.jsonl")] == [1]
     assert audit._file is None

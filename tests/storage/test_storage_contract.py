@@ -190,6 +190,7 @@ async def test_attempts_are_counted_by_outcome_for_a_page_of_jobs(store: Store) 
 
 async def test_after_commit_follows_a_kept_write_before_its_caller_hears(store: Store) -> None:
     followed: list[object] = []
+    store.db.on_commit(lambda: followed.append("committed"))
 
     def fail(repos: Repos) -> None:
         repos.audit.append("doomed")
@@ -198,10 +199,10 @@ async def test_after_commit_follows_a_kept_write_before_its_caller_hears(store: 
     stored = await store.atomically(
         lambda repos: repos.audit.append("kept"), after_commit=followed.append
     )
-    assert followed == [stored]
+    assert followed == [stored, "committed"]
     with pytest.raises(RuntimeError, match="commit failed"):
         await store.atomically(fail, after_commit=followed.append)
-    assert followed == [stored]
+    assert followed == [stored, "committed"]
 
 
 async def test_a_failed_write_keeps_nothing_and_the_next_one_works(store: Store) -> None:

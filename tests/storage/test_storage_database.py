@@ -565,3 +565,30 @@ async def test_an_after_commit_that_raises_is_logged_and_the_write_still_answere
         ("storage.after_commit_failed", "error")
     ]
     assert await db.read(_worker_ids) == ["w_1"]
+
+
+async def test_on_commit_runs_once_per_committed_group_after_its_writes_follow_ups(
+    db: Database,
+) -> None:
+    events: list[str] = []
+    db.on_commit(lambda: events.append("group committed"))
+    gate, held = await _hold_thread(db)
+    writes = [
+        asyncio.create_task(db.write(_insert_worker(f"w_{i}"), after_commit=events.append))
+        for i in range(3)
+    ]
+    await _queued(db, 3)
+    before = db.stats.write_groups
+    gate.release.set()
+    await held
+    await asyncio.gather(*writes)
+    assert db.stats.write_groups - before == 1
+    assert events == ["w_0", "w_1", "w_2", "group committed"]
+
+    def refuse(database: pw.Database) -> None:
+        raise RuntimeError("not the leader")
+
+    db.set_write_fence(refuse)
+    with pytest.raises(RuntimeError, match="not the leader"):
+        await db.write(_insert_worker("w_9"), after_commit=events.append)
+    assert events[-1] == "group committed" and len(events) == 4  # a refused group: nothing

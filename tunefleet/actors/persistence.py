@@ -4,8 +4,8 @@ Actors speak in domain steps (a dispatch, an acknowledgement, a requeue, an end)
 this module turns each step into compare-and-set updates plus the attempt, timeline
 and audit rows that go with it, so a step is recorded whole or not at all, in one
 commit. The audit events' JSON lines are written on the database thread once that
-commit is done, before the step's caller hears back (AuditLog.write_committed): no
-hand-off of their own to the audit file's thread and back.
+commit is done (one write for a whole write group's), before the step's caller hears
+back: no hand-off of their own to the audit file's thread and back.
 """
 
 from __future__ import annotations
@@ -151,6 +151,7 @@ class Persistence:
         (tests of other steps) a step that stores an audit event is refused."""
         self.store = store
         self._audit = audit
+        self._audit_lines_wired = False
         self._beats: dict[str, WorkerRecord] = {}
         self._flush_timer: Timer | None = None
         self._flushing: set[asyncio.Future[None]] = set()
@@ -162,13 +163,17 @@ class Persistence:
         audit = self._audit
         if audit is None:
             raise RuntimeError("this Persistence has no audit log to write the lines to")
+        if not self._audit_lines_wired:
+            # A write group's staged lines in one write, once the group has committed.
+            self.store.db.on_commit(audit.write_staged)
+            self._audit_lines_wired = True
 
         def write(repos: Repos) -> tuple[T, list[Any]]:
             value = fn(repos)
             return value, [repos.audit.append(**event.row()) for event in events]
 
         def lines(written: tuple[T, list[Any]]) -> None:
-            audit.write_committed(zip(events, written[1], strict=True))
+            audit.stage_committed(zip(events, written[1], strict=True))
 
         value, _ = await self.store.atomically(write, after_commit=lines)
         return value

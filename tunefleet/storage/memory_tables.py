@@ -7,6 +7,7 @@ import asyncio
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import Any, TypeVar
 
 import peewee as pw
@@ -86,10 +87,14 @@ class MemoryDatabase:
     def __init__(self) -> None:
         self.tables = Tables()
         self._rollback_listeners: list[Callable[[], None]] = []
+        self._commit_listeners: list[Callable[[], None]] = []
         self._closing = False
 
     def on_rollback(self, forget: Callable[[], None]) -> None:
         self._rollback_listeners.append(forget)
+
+    def on_commit(self, done: Callable[[], None]) -> None:
+        self._commit_listeners.append(done)
 
     @property
     def closed(self) -> bool:
@@ -114,10 +119,9 @@ class MemoryDatabase:
                 forget()
             raise
         if after_commit is not None:
-            try:
-                after_commit(result)
-            except Exception as exc:  # as Database.write: the write is kept all the same
-                log.exception("storage.after_commit_failed", error=str(exc))
+            _follow_up(partial(after_commit, result))
+        for done in self._commit_listeners:
+            _follow_up(done)
         return result
 
     async def close(self) -> None:
@@ -128,6 +132,14 @@ class MemoryDatabase:
             raise DatabaseClosed("the in-memory database is closed")
         # A real database answers later, from its own thread: let other tasks run first.
         await asyncio.sleep(0)
+
+
+def _follow_up(fn: Callable[[], None]) -> None:
+    """As Database.write: what follows a kept write and raises is logged; the write stays."""
+    try:
+        fn()
+    except Exception as exc:
+        log.exception("storage.after_commit_failed", error=str(exc))
 
 
 def stored_row(cls: type[R], model: type[pw.Model], values: Mapping[str, Any]) -> R:
