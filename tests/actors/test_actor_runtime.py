@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 
 from tunefleet.actors.clock import FakeClock
 from tunefleet.actors.runtime import (
+    LATER,
     Actor,
     ActorError,
     ActorStopped,
@@ -657,3 +658,112 @@ async def test_try_tell_reports_whether_it_queued() -> None:
     assert actor.try_tell(Note(2)) is False
     assert actor.handled == [Note(1)]
     assert not Recorder("unspawned").try_tell(Note())
+
+
+# --- answers given at once ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quick:
+    """Answered by answer_at_once while the actor is idle."""
+
+    value: int = 0
+    fail: str = ""  # "crash" or "refuse"
+
+
+class Eager(Recorder):
+    def __init__(self, name: str = "eager") -> None:
+        super().__init__(name)
+        self.at_once: list[object] = []
+
+    def answer_at_once(self, message: object) -> object:
+        if not isinstance(message, Quick):
+            return LATER
+        if message.fail == "crash":
+            raise ValueError("boom at once")
+        if message.fail == "refuse":
+            raise Conflict("not now")
+        self.at_once.append(message)
+        return ("at once", message)
+
+
+async def test_an_idle_actor_answers_at_once_without_a_turn_of_the_loop() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()  # started: idle
+    turns: list[str] = []
+    asyncio.get_running_loop().call_soon(turns.append, "turn")
+    assert await actor.ask(Quick(1)) == ("at once", Quick(1))
+    assert turns == []  # the ask never gave the loop a turn
+    assert actor._task is None  # and made no task
+    assert actor.at_once == [Quick(1)] and actor.handled == []
+
+
+async def test_an_ask_answered_at_once_waits_its_turn_behind_queued_messages() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    actor.tell(Block())
+    actor.tell(Note(1))
+    asker = asyncio.create_task(actor.ask(Quick(2)))
+    await settle()
+    assert not asker.done()  # busy: the ask went to the mailbox, behind the others
+    actor.gate.set()
+    assert await asker == ("ok", Quick(2))  # receive answered it, in order
+    assert actor.handled == [Note(1), Quick(2)] and actor.at_once == []
+
+
+async def test_a_message_left_for_later_goes_through_receive() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    assert await actor.ask(Note(3)) == ("ok", Note(3))
+    assert actor.handled == [Note(3)] and actor.at_once == []
+
+
+async def test_a_refusal_given_at_once_goes_to_the_asker_and_is_no_crash() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    with pytest.raises(Conflict, match="not now"):
+        await actor.ask(Quick(fail="refuse"))
+    await settle()
+    assert actor.restarts == [] and actor._task is None
+    assert await actor.ask(Quick(4)) == ("at once", Quick(4))
+
+
+async def test_a_crash_at_once_is_recovered_on_the_actors_task_before_what_follows() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    with pytest.raises(ValueError, match="boom at once"):
+        await actor.ask(Quick(fail="crash"))
+    actor.tell(Note(5))  # sent while the recovery has not run yet
+    await settle()
+    assert [str(e) for e in actor.restarts] == ["boom at once"]
+    assert actor.events[-2:] == ["restart", "message"]  # recovered, then the next message
+    assert actor.alive and actor._task is None
+
+
+async def test_a_crash_at_once_past_the_restart_limit_stops_the_actor() -> None:
+    failures: list[tuple[Actor, Exception]] = []
+    system, _ = make_system(
+        max_restarts=0, on_actor_failed=lambda actor, error: failures.append((actor, error))
+    )
+    actor = system.spawn(Eager())
+    await settle()
+    with pytest.raises(ValueError):
+        await actor.ask(Quick(fail="crash"))
+    await settle()
+    assert not actor.alive and actor.events[-1] == "stop"
+    assert [str(error) for _, error in failures] == ["boom at once"]
+
+
+async def test_a_stopped_actor_answers_nothing_at_once() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    await actor.stop()
+    with pytest.raises(ActorStopped):
+        await actor.ask(Quick(6))
+    assert actor.at_once == []

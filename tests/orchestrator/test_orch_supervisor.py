@@ -4,6 +4,8 @@ workers. Each boundary is checked just before (nothing happens) and at the deadl
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from orchestrator_testkit import FakeAgent, FleetHarness, token_hash
 
@@ -50,6 +52,23 @@ async def test_heartbeats_push_the_deadline_back(harness: FleetHarness) -> None:
     assert harness.worker_state(agent.worker_id) == "idle"
     await harness.advance(EPS)
     assert harness.worker_state(agent.worker_id) == "offline"
+
+
+async def test_a_heartbeat_is_answered_at_once_unless_event_ids_need_reserving_first(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    await harness.settle()
+    worker = harness.worker(agent.worker_id)
+    turns: list[str] = []
+    asyncio.get_running_loop().call_soon(turns.append, "turn")
+    assert await agent.heartbeat() is True
+    assert turns == []  # handled in the asker's task: no task, no turn of the loop
+    # Its event ids nearly spent: the heartbeat goes through receive, which reserves first.
+    worker.event_ids_reserved = worker.outbox.last_event_id + 1
+    assert await agent.heartbeat() is True
+    assert turns == ["turn"]
+    assert worker.event_ids_reserved > worker.outbox.last_event_id + 1
 
 
 async def test_the_job_of_a_lost_worker_is_requeued_and_dispatched_to_another(

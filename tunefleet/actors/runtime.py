@@ -4,6 +4,11 @@ system that spawns them, restarts them after a crash and stops them.
 An idle actor owns no task and no mailbox: both exist only while it has messages, so
 ten thousand idle actors cost a few hundred bytes each. `tell` and `ask` must be
 called on the event loop's thread.
+
+An actor may answer some asks at once (`answer_at_once`): while it is idle, a message
+whose handling needs no await is handled in the asker's task, still one message at a
+time and in order (nothing is queued before it), without the task, the reply future
+and the two event-loop turns that an ask through the mailbox costs.
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ from tunefleet.errors import TunefleetError
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["Actor", "ActorError", "ActorStopped", "ActorSystem", "AskTimeout", "check_message"]
+__all__ = [
+    "LATER",
+    "Actor",
+    "ActorError",
+    "ActorStopped",
+    "ActorSystem",
+    "AskTimeout",
+    "check_message",
+]
 
 # Actor states. Accepting messages is `_RUNNING` only.
 _NEW, _RUNNING, _STOPPING, _STOPPED = 0, 1, 2, 3
@@ -34,6 +47,9 @@ _FAIRNESS_BATCH = 32
 
 _Reply = asyncio.Future[object]
 _Envelope = tuple[object, _Reply | None]
+
+# What `answer_at_once` returns for a message it leaves to the mailbox.
+LATER: object = object()
 
 # Types already proven to be frozen dataclasses: the check costs one set lookup.
 _MESSAGE_TYPES: set[type] = set()
@@ -80,6 +96,13 @@ class Actor:
     async def receive(self, message: object) -> object:
         raise NotImplementedError(f"{type(self).__qualname__} must override receive()")
 
+    def answer_at_once(self, message: object) -> object:
+        """The answer to an ask of `message` without an await, or `LATER` (the default)
+        to have `receive` handle it from the mailbox. Called only while the actor is
+        idle: running, no message queued or in hand. A refusal it raises goes to the
+        asker; any other exception is a crash, recovered as one from `receive`."""
+        return LATER
+
     async def on_start(self) -> None:
         """Runs once, after spawn and before the first message."""
 
@@ -121,6 +144,10 @@ class Actor:
         actor, it is not domain time. After a timeout the message is still handled
         later; only its answer is dropped.
         """
+        if self._task is None and self._state == _RUNNING:
+            answer = self._answer_idle(message)
+            if answer is not LATER:
+                return answer
         loop = asyncio.get_running_loop()
         reply: _Reply = loop.create_future()
         self._enqueue(message, reply)
@@ -146,6 +173,21 @@ class Actor:
         state = ("new", "running", "stopping", "stopped")[self._state]
         return f"<{type(self).__qualname__} {self.name} {state} mailbox={self.mailbox_size}>"
 
+    def _answer_idle(self, message: object) -> object:
+        if type(message) not in _MESSAGE_TYPES:
+            check_message(message)
+        try:
+            return self.answer_at_once(message)
+        except Exception as error:
+            if not isinstance(error, self.refusals):
+                # Recovered on the actor's own task, as a crash in receive is; messages
+                # sent meanwhile wait in the mailbox until it has run.
+                crashed = (message, error)
+                self._task = asyncio.create_task(
+                    self._run(starting=False, crashed=crashed), name=self.name
+                )
+            raise
+
     # --- the actor's one task ------------------------------------------------------------
 
     def _enqueue(self, message: object, reply: _Reply | None) -> None:
@@ -165,9 +207,11 @@ class Actor:
             return ActorError(f"actor {self.name} is not spawned; pass it to ActorSystem.spawn")
         return ActorStopped(self.name)
 
-    async def _run(self, starting: bool) -> None:
+    async def _run(self, starting: bool, crashed: tuple[object, Exception] | None = None) -> None:
         try:
             failure = await self._start() if starting else None
+            if failure is None and crashed is not None:
+                failure = await self._recover(*crashed)
             if failure is None:
                 failure = await self._handle_mailbox()
             if self._state == _RUNNING:
