@@ -389,10 +389,13 @@ class Database:
             # released before the next: three statement texts, not three per write, in
             # sqlite3's cache of 128 prepared statements (a group of 50 would evict the
             # hot INSERTs and UPDATEs, to be prepared again).
+            savepoint = Savepoint(database, "write")
             try:
-                with Savepoint(database, "write"):
+                with savepoint:
                     value = call.fn()
             except Exception as exc:
+                if savepoint.lost:
+                    raise  # its changes could not be undone alone: the group fails whole
                 self._failed_writes += 1
                 outcomes.append((False, exc))
                 self._rolled_back()

@@ -17,6 +17,7 @@ from typing import Any
 import peewee as pw
 
 from tunefleet.storage.models import database_proxy, stored_as_is
+from tunefleet.storage.postgres import DeferringConnection
 
 _SQL: dict[tuple[Any, ...], str] = {}
 
@@ -94,24 +95,53 @@ def savepoint() -> AbstractContextManager[Any]:
     return Savepoint(db, "one_row")
 
 
+class SavepointLost(pw.OperationalError):
+    """A failed write's savepoint could not be rolled back to: what it wrote cannot be
+    undone alone, so the whole transaction must be rolled back."""
+
+
 class Savepoint:
     """A plain-SQL savepoint named ``name`` in ``db``'s open transaction: rolled back to
     when the block raises (the error goes on), released either way. One fixed name per
-    use keeps the statement texts few in sqlite3's cache of prepared statements."""
+    use keeps the statement texts few in sqlite3's cache of prepared statements.
 
-    __slots__ = ("_db", "_name")
+    On PostgreSQL (a DeferringConnection, storage/postgres.py) the savepoint is not sent
+    on its own: it waits for the block's first statement and its release for the next
+    statement after the block, each with a name of its own. A block that ran no
+    statement costs none. If the rollback fails, SavepointLost is raised from the error.
+    """
+
+    __slots__ = ("_db", "_deferring", "_name", "lost")
 
     def __init__(self, db: pw.Database, name: str) -> None:
         self._db = db
         self._name = name
+        self._deferring: DeferringConnection | None = None
+        self.lost = False  # the rollback to it failed (SavepointLost was raised)
 
     def __enter__(self) -> None:
+        conn = self._db.connection()
+        if isinstance(conn, DeferringConnection):
+            self._deferring = conn
+            self._name = conn.savepoint_name(self._name)
+            conn.pending.append(f"SAVEPOINT {self._name}")
+            return
         execute(self._db, f"SAVEPOINT {self._name}")
 
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: Any, _: object) -> None:
+        conn = self._deferring
+        if conn is not None and conn.withdraw(f"SAVEPOINT {self._name}"):
+            return  # never sent: nothing ran inside, nothing to undo or release
         if exc_type is not None:
-            execute(self._db, f"ROLLBACK TO SAVEPOINT {self._name}")
-        execute(self._db, f"RELEASE SAVEPOINT {self._name}")
+            try:
+                execute(self._db, f"ROLLBACK TO SAVEPOINT {self._name}")
+            except pw.PeeweeException as error:
+                self.lost = True
+                raise SavepointLost(f"cannot undo a failed write: {error}") from exc
+        if conn is not None:
+            conn.pending.append(f"RELEASE SAVEPOINT {self._name}")
+        else:
+            execute(self._db, f"RELEASE SAVEPOINT {self._name}")
 
 
 def update_where(

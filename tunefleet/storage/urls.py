@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import peewee as pw
 
 from tunefleet.storage.errors import DatabaseUrlError
+from tunefleet.storage.postgres import DeferringConnection, DeferringPostgresqlDatabase
 
 DEFAULT_SQLITE_NAME = "tunefleet.db"
 SQLITE_BUSY_TIMEOUT_MS = 5000
@@ -131,4 +132,7 @@ def build_peewee_database(config: DatabaseConfig) -> pw.Database:
             thread_safe=False,
         )
     params: dict[str, Any] = dict(config.pg_params)
-    return pw.PostgresqlDatabase(config.pg_database, thread_safe=False, **params)
+    # BEGIN and savepoints wait to ride with the next statement (storage/postgres.py).
+    return DeferringPostgresqlDatabase(
+        config.pg_database, thread_safe=False, connection_factory=DeferringConnection, **params
+    )
