@@ -388,7 +388,8 @@ class Database:
             # savepoints cost a uuid4 and a context object apiece. One name for all, each
             # released before the next: three statement texts, not three per write, in
             # sqlite3's cache of 128 prepared statements (a group of 50 would evict the
-            # hot INSERTs and UPDATEs, to be prepared again).
+            # hot INSERTs and UPDATEs, to be prepared again). On PostgreSQL each has a name
+            # of its own and goes with the write's first statement (statements.Savepoint).
             savepoint = Savepoint(database, "write")
             try:
                 with savepoint:
