@@ -12,7 +12,7 @@ import logging
 import re
 import sys
 from collections.abc import Mapping
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -110,6 +110,31 @@ def redact_secrets(_logger: WrappedLogger, _method: str, event_dict: EventDict) 
     return event_dict
 
 
+class _LineFormatter(structlog.stdlib.ProcessorFormatter):
+    """ProcessorFormatter's lines without its copy of every record.
+
+    ProcessorFormatter copies each record (a second ``LogRecord``, about a quarter of a
+    line's cost) so that it can strip the copy and pass it through ``logging.Formatter``,
+    which with its ``%(message)s`` format returns the rendered text as it is. For a
+    structlog event this renders the event dict directly, leaving the record untouched
+    for any other handler; foreign records (aiohttp, asyncio) take ProcessorFormatter's
+    own path. The lines are the same (a test compares them).
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        event = record.msg
+        logger = getattr(record, "_logger", None)
+        method = getattr(record, "_name", None)
+        if type(event) is not dict or logger is None or method is None or self.logger:
+            return super().format(record)
+        event_dict: Any = event.copy()
+        event_dict["_record"] = record
+        event_dict["_from_structlog"] = True
+        for processor in self.processors:
+            event_dict = processor(logger, method, event_dict)
+        return event_dict if isinstance(event_dict, str) else str(event_dict)
+
+
 class _TunefleetHandler(logging.StreamHandler[TextIO]):
     """Marks the handler configure_logging installed, so a second call replaces it."""
 
@@ -131,7 +156,7 @@ def configure_logging(
         if _is_tty(target)
         else PlainConsoleRenderer()
     )
-    formatter = structlog.stdlib.ProcessorFormatter(
+    formatter = _LineFormatter(
         foreign_pre_chain=[
             structlog.stdlib.add_logger_name,
             structlog.stdlib.add_log_level,
