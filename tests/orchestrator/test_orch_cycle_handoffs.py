@@ -20,6 +20,7 @@ from orchestrator_testkit import FleetHarness, Storage, job_record
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.runtime import Actor
+from tunefleet.actors.stream import StreamConnection, StreamEvent
 from tunefleet.storage.database import Database
 
 pytestmark = pytest.mark.timeout(30)
@@ -128,3 +129,29 @@ async def test_a_job_cycle_makes_a_task_per_message_to_an_idle_actor_and_no_othe
         "WorkerActor ReportWritten": 1,
         "Scheduler WorkerChanged": 1,  # free again
     }
+
+
+async def test_a_dispatchs_audit_line_is_on_file_before_its_job_submit_is_pushed(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order the lines' writer gives: a job's lines are written right after its
+    commit, before anything follows from it (its job_submit on the worker's stream), both
+    when it is placed at submit and when it is dispatched from the queue."""
+    agent = await harness.agent("w1")
+    on_file_at_push: list[list[str]] = []
+    real_send = StreamConnection.send
+
+    def send(conn: StreamConnection, event: StreamEvent) -> None:
+        if event.type == "job_submit":
+            text = harness.audit.path.read_text("utf-8")
+            on_file_at_push.append([json.loads(line)["kind"] for line in text.splitlines()])
+        real_send(conn, event)
+
+    monkeypatch.setattr(StreamConnection, "send", send)
+    placed = await harness.submit()
+    await harness.submit()  # waits for the worker
+    await agent.run_to_completion(placed)  # the worker is free: the queued job goes out
+    assert [kinds[-2:] for kinds in on_file_at_push] == [
+        ["job.submitted", "job.dispatched"],  # placed at submit: one commit, both lines
+        ["job.completed", "job.dispatched"],  # from the queue, right after the release
+    ]
