@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tunefleet.http.gc_policy import run_gc_policy
+from tunefleet.http.gc_policy import GEN0_THRESHOLD, run_gc_policy
 
 
 class Node:
@@ -48,8 +48,10 @@ async def _frozen_cycle() -> weakref.ref[Node]:
 @pytest.fixture(autouse=True)
 def collector_left_alone() -> Iterator[None]:
     assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 async def test_long_lived_objects_are_frozen_and_thawed_when_it_stops() -> None:
@@ -74,3 +76,10 @@ async def test_the_periodic_full_collection_reclaims_frozen_garbage() -> None:
             await asyncio.sleep(0.02)
         assert ref() is None
         assert gc.get_freeze_count() > 0  # and everything alive frozen again
+
+
+async def test_young_collections_wait_longer_while_it_runs_and_as_before_after() -> None:
+    gc.set_threshold(700, 11, 12)  # whatever they were, the older ones are kept
+    async with policy(freeze_every_s=3600, full_every_s=3600):
+        assert gc.get_threshold() == (GEN0_THRESHOLD, 11, 12)
+    assert gc.get_threshold() == (700, 11, 12)

@@ -11,6 +11,11 @@ collection then walks only what was created since, a few milliseconds. Frozen ob
 that become cyclic garbage later (a closed stream leaves some) are reclaimed by an
 unfreeze and full collection every ``full_every_s``: one pause, at a known cadence.
 Objects freed by reference counting, the great majority, are freed at once as always.
+
+While the policy runs, a young-generation collection waits for ``GEN0_THRESHOLD`` more
+tracked objects instead of CPython's 700: at 700 a job cycle over HTTP paid about 0.1 ms
+of young collections (`bench throughput`); at 10,000 none ran in its 10 s, and cyclic
+garbage waits for at most that many new objects (memory: a few hundred KiB more).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ log = structlog.get_logger(__name__)
 
 FREEZE_EVERY_S: Final = 10.0
 FULL_EVERY_S: Final = 600.0
+GEN0_THRESHOLD: Final = 10_000
 
 
 def freeze_long_lived() -> None:
@@ -54,9 +60,12 @@ async def run_gc_policy(
     freeze_every_s: float = FREEZE_EVERY_S, full_every_s: float = FULL_EVERY_S
 ) -> None:
     """Freeze what has lived ``freeze_every_s``; collect everything every ``full_every_s``.
-    Runs until cancelled, then leaves the collector as it found it (nothing frozen)."""
+    Runs until cancelled, then leaves the collector as it found it (nothing frozen, its
+    thresholds restored)."""
     loop = asyncio.get_running_loop()
     next_full = loop.time() + full_every_s
+    thresholds = gc.get_threshold()
+    gc.set_threshold(GEN0_THRESHOLD, *thresholds[1:])
     try:
         freeze_long_lived()  # start-up: imports and the fleet rebuilt from storage
         while True:
@@ -68,6 +77,7 @@ async def run_gc_policy(
                 freeze_long_lived()
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 async def gc_policy_ctx(app: web.Application) -> AsyncIterator[None]:
