@@ -86,7 +86,7 @@ async def test_a_placed_submission_is_answered_from_what_it_stored_without_askin
     with harness.ctx.hub.subscribe(frozenset({"job"})) as events:
         reply = await harness.fleet.submit(job_record(), actor="tester")
         published = events.queue.get_nowait()
-    assert asked == ["PlaceNewJob", "ReserveForJob"]
+    assert asked == ["PlaceNewJob", "ReserveForJob", "PushJob"]
     assert reply == {
         "success": True,
         "job_id": reply["job_id"],
@@ -100,6 +100,29 @@ async def test_a_placed_submission_is_answered_from_what_it_stored_without_askin
     assert {e.data["status"] for e in [published, *_drain(events.queue)]} == {"dispatched"}
     await harness.settle()
     assert await harness.job_state(str(reply["job_id"])) == "dispatched"
+
+
+async def test_a_placed_job_submit_never_uses_an_event_id_not_yet_stored(
+    harness: FleetHarness,
+) -> None:
+    """The idle worker answers the reservation and the push at once only while its next
+    event ids are stored; with none left they go through its mailbox, which stores a
+    new block first. Either way the job_submit's id is below the stored ceiling, so an
+    agent's Last-Event-ID stays valid after a restart."""
+    agent = await harness.agent("w1")
+    worker = harness.worker(agent.worker_id)
+    for spent in (False, True):
+        if spent:  # as after many events: no id left below the stored ceiling
+            ceiling = worker.outbox.last_event_id
+            await harness.ctx.persistence.save_worker_event_id(agent.worker_id, ceiling)
+            worker.event_ids_reserved = ceiling
+        job_id = await harness.submit()
+        [event] = [e for e in agent.received("job_submit") if e.data["job_id"] == job_id]
+        row = await harness.store.get_worker(agent.worker_id)
+        assert row is not None
+        assert event.event_id is not None and event.event_id <= row.last_event_id
+        assert worker.event_ids_reserved == row.last_event_id
+        await agent.run_to_completion(job_id)
 
 
 async def test_a_workers_snapshot_is_built_for_the_pages_only_while_one_listens(

@@ -5,6 +5,7 @@ storage when the orchestrator starts (so a restart loses nothing)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from typing import Any, cast
 
@@ -406,8 +407,13 @@ class Fleet:
     async def _submit_placed(self, job: JobActor, worker: WorkerActor, event: AuditEntry) -> None:
         """One commit for the submission and the dispatch; the job_submit is pushed after
         it, then the actor runs as if it had been dispatched from the queue."""
-        await job.store_placed(worker, event)
-        self._adopt_job(job)  # before its worker can report on it: no await since the push
+        push = await job.store_placed(worker, event)
+        self._adopt_job(job)  # before its worker can report on it: the push comes after
+        # An idle worker (its event ids reserved) answers at once: the job_submit is on its
+        # stream with no task or loop turn between. A worker stopped or stuck meanwhile:
+        # the acknowledgement timeout, armed already, requeues the job.
+        with contextlib.suppress(ActorError):
+            await worker.ask(push)
 
     def _adopt_job(self, job: JobActor) -> None:
         self.ctx.jobs[job.job_id] = job

@@ -140,11 +140,12 @@ class JobActor(JobFsmMixin, Actor):
         self._push_dispatch(worker, token, now)
         self._publish()
 
-    async def store_placed(self, worker: WorkerActor, submitted: AuditEntry) -> None:
+    async def store_placed(self, worker: WorkerActor, submitted: AuditEntry) -> m.PushJob:
         """Before this actor is spawned: store the new job already dispatched to ``worker``
         (reserved for it), in one commit with its submission and both audit events (their
-        lines written with it), then push it to the worker. If the commit fails nothing
-        was stored: the worker's reservation is cancelled and the error raised."""
+        lines written with it); the push for the caller to send once this actor is known.
+        If the commit fails nothing was stored: the worker's reservation is cancelled and
+        the error raised."""
         token = new_upload_token() if self.ctx.artifacts is not None else ""
         now = self.ctx.clock.time()
         dispatched = self._begin_dispatch(worker.worker_id, now)
@@ -159,8 +160,10 @@ class JobActor(JobFsmMixin, Actor):
             self._undo_dispatch(worker)
             raise
         self.rec.seq = seq
-        self._push_dispatch(worker, token, now)
+        self._dispatched(token, now)
+        self.arm_ack_timeout()  # no acknowledgement can come before the push
         self._publish()
+        return m.PushJob(self.job_id, self.submit_event())
 
     def _begin_dispatch(self, worker_id: str, now: float) -> AuditEntry:
         """The dispatch in memory (one more attempt), and its audit event to store with it."""
@@ -182,10 +185,13 @@ class JobActor(JobFsmMixin, Actor):
 
     def _push_dispatch(self, worker: WorkerActor, token: str, now: float) -> None:
         """The dispatch is durable: send the job_submit, and wait for its acknowledgement."""
-        self.upload_token = token
-        self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
+        self._dispatched(token, now)
         worker.tell(m.PushJob(self.job_id, self.submit_event()))
         self.arm_ack_timeout()
+
+    def _dispatched(self, token: str, now: float) -> None:
+        self.upload_token = token
+        self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
 
     def submit_event(self) -> JobSubmitEvent:
         rec = self.rec

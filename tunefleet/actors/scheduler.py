@@ -13,7 +13,7 @@ from tunefleet.actors import messages as m
 from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
 from tunefleet.actors.queue_ranks import QueueRanks
-from tunefleet.actors.runtime import Actor
+from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.wait_reasons import WaitReasons
 
 if TYPE_CHECKING:
@@ -31,6 +31,14 @@ class Scheduler(Actor):
         self.fleet: dict[str, WorkerView] = {}
         self.reasons = WaitReasons()  # kept while no worker's view changes
         self.pass_scheduled = False
+
+    def answer_at_once(self, message: object) -> object:
+        # A new job's placement needs no await: answered in the submission's own task
+        # while no message waits here (issue 14: a task and two loop turns per submit).
+        match message:
+            case m.PlaceNewJob(job=job):
+                return self.place_new(job)
+        return LATER
 
     async def receive(self, message: object) -> object:
         match message:

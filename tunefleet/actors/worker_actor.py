@@ -99,13 +99,19 @@ class WorkerActor(WorkerFsmMixin, Actor):
     # --- message handling ------------------------------------------------------------
 
     def answer_at_once(self, message: object) -> object:
-        # A heartbeat needs no await (issue 14: the ask's task and loop turns were a
-        # tenth of its CPU); the id reservation receive may make first needs one.
-        if (
-            type(message) is m.HeartbeatReceived
-            and self.outbox.last_event_id + EVENT_IDS_PER_MESSAGE <= self.event_ids_reserved
-        ):
-            return self.on_heartbeat(message)
+        # A heartbeat, a placed job's reservation and its push need no await (issue 14:
+        # the ask's task and loop turns were a tenth of a heartbeat's CPU, and two of a
+        # dispatch's turns); the id reservation receive may make first needs one.
+        if self.outbox.last_event_id + EVENT_IDS_PER_MESSAGE > self.event_ids_reserved:
+            return LATER
+        match message:
+            case m.HeartbeatReceived():
+                return self.on_heartbeat(message)
+            case m.ReserveForJob(job_id=job_id):
+                return self.on_reserve(job_id)
+            case m.PushJob():
+                self.on_push_job(message)
+                return None
         return LATER
 
     async def receive(self, message: object) -> object:
@@ -150,7 +156,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             case m.CancelReservation(job_id=job_id):
                 await self.on_cancel_reservation(job_id)
             case m.PushJob():
-                await self.on_push_job(message)
+                self.on_push_job(message)
             case m.PushCancel(job_id=job_id, reason=reason):
                 self.push(JobCancelEvent(job_id=job_id, reason=reason), job_id)
             case m.JobAcknowledged(job_id=job_id):
@@ -376,7 +382,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         # worker as taken by that pass, so say again whether it is free.
         self._announce()
 
-    async def on_push_job(self, msg: m.PushJob) -> None:
+    def on_push_job(self, msg: m.PushJob) -> None:
         if self.current_job_id != msg.job_id:
             return
         self.push(msg.event, msg.job_id)
