@@ -14,14 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 import peewee as pw
+import psycopg2
 import psycopg2.extensions
 import pytest
+from storage_testkit import pg_connect
 from test_storage_database import _hold_thread, _insert_worker, _queued, _worker_ids
 
 from tunefleet.storage.database import Database
 from tunefleet.storage.models import Worker, database_proxy
 from tunefleet.storage.postgres import DeferringCursor
-from tunefleet.storage.statements import SavepointLost
+from tunefleet.storage.statements import SavepointLost, insert_row
 
 pytestmark = [
     pytest.mark.postgres,
@@ -201,3 +203,75 @@ async def test_a_transaction_left_aborted_is_never_taken_for_committed(db: Datab
     with pytest.raises(pw.OperationalError, match="rolled back"):
         await db.write(insert_and_swallow_duplicate)
     assert await db.read(_worker_ids) == ["w_existing"]
+
+
+# --- the statements built once (storage/statements.py): prepared once per connection ----
+
+
+def _insert_worker_planned(worker_id: str, name: Any = None) -> Callable[[], str]:
+    def insert() -> str:
+        insert_row(
+            Worker,
+            {
+                "id": worker_id,
+                "name": worker_id if name is None else name,
+                "worker_type": "persistent",
+                "state": "idle",
+                "created_at": 1.0,
+                "updated_at": 1.0,
+            },
+            encoded=("name",),  # as given: psycopg2 binds it, or refuses to
+        )
+        return worker_id
+
+    return insert
+
+
+def _prepares(sent: list[str]) -> list[str]:
+    return [s.split()[1] for trip in sent for s in trip.split(";") if s.startswith("PREPARE")]
+
+
+async def test_a_planned_statement_is_prepared_with_its_first_run_and_then_run_by_name(
+    db: Database,
+) -> None:
+    sent = await _count_round_trips(db)
+    await db.write(_insert_worker_planned("w_1"))
+    await db.write(_insert_worker_planned("w_2"))
+    assert _shapes(sent) == [
+        ["BEGIN", "PREPARE tf", "EXECUTE tf"],
+        ["COMMIT"],
+        ["BEGIN", "EXECUTE tf"],
+        ["COMMIT"],
+    ]
+    assert await db.read(_worker_ids) == ["w_1", "w_2"]
+
+
+async def test_a_failed_first_run_is_prepared_afresh_under_a_new_name(db: Database) -> None:
+    await db.write(_insert_worker("w_existing"))
+    sent = await _count_round_trips(db)
+    with pytest.raises(pw.IntegrityError):
+        await db.write(_insert_worker_planned("w_existing"))
+    with pytest.raises(pw.ProgrammingError):  # a value it cannot bind: nothing sent
+        await db.write(_insert_worker_planned("w_unbound", name=object()))
+    assert await db.write(_insert_worker_planned("w_new")) == "w_new"
+    assert await db.write(_insert_worker_planned("w_newer")) == "w_newer"
+    first, second = _prepares(sent)
+    assert first != second
+    assert await db.read(_worker_ids) == ["w_existing", "w_new", "w_newer"]
+
+
+async def test_a_new_connection_prepares_again(db: Database) -> None:
+    await db.write(_insert_worker_planned("w_before"))
+    pid = await db.read(lambda: database_proxy.execute_sql("SELECT pg_backend_pid()").fetchone()[0])
+    admin = await asyncio.to_thread(pg_connect)
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    finally:
+        admin.close()
+    with pytest.raises(pw.DatabaseError):
+        await db.write(_insert_worker_planned("w_lost"))
+    sent = await _count_round_trips(db)
+    assert await db.write(_insert_worker_planned("w_after")) == "w_after"
+    assert len(_prepares(sent)) == 1
+    assert await db.read(_worker_ids) == ["w_after", "w_before"]

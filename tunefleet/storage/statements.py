@@ -42,7 +42,7 @@ def insert_row(
         elif value is not None and value.__class__ is not kind and name not in encoded:
             value = db_value(value)
         stored[name] = value
-    cursor = execute(db, plan.sql, list(stored.values()))
+    cursor = execute_planned(db, plan.sql, list(stored.values()))
     if plan.auto is not None:
         stored[plan.auto] = cursor.fetchone()[0] if db.returning_clause else cursor.lastrowid
     return stored
@@ -168,7 +168,7 @@ def update_where(
         plan = _UPDATES[key] = (sql, _converters(model, names))
     sql, converters = plan
     params = _bound(converters, (*changes.values(), *equal.values(), *in_values))
-    return int(execute(db, sql, params).rowcount)
+    return int(execute_planned(db, sql, params).rowcount)
 
 
 _Converters = tuple[tuple[type | None, Any], ...]
@@ -222,7 +222,7 @@ def select_where(
         where = " AND ".join(f"{_quoted(db, fields[n].column_name)} = {db.param}" for n in equal)
         sql = _SQL[key] = f"SELECT {names} FROM {_quoted(db, model._meta.table_name)} WHERE {where}"
     params = [fields[name].db_value(value) for name, value in equal.items()]
-    return list(execute(db, sql, params).fetchall())
+    return list(execute_planned(db, sql, params).fetchall())
 
 
 def delete_where(model: type[pw.Model], *, equal: Mapping[str, Any]) -> int:
@@ -235,7 +235,7 @@ def delete_where(model: type[pw.Model], *, equal: Mapping[str, Any]) -> int:
         where = " AND ".join(f"{_quoted(db, fields[n].column_name)} = {db.param}" for n in equal)
         sql = _SQL[key] = f"DELETE FROM {_quoted(db, model._meta.table_name)} WHERE {where}"
     params = [fields[name].db_value(value) for name, value in equal.items()]
-    return int(execute(db, sql, params).rowcount)
+    return int(execute_planned(db, sql, params).rowcount)
 
 
 def execute(db: pw.Database, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -246,6 +246,19 @@ def execute(db: pw.Database, sql: str, params: Sequence[Any] = ()) -> Any:
     with _AS_PEEWEE_ERRORS:
         cursor = db.connection().cursor()
         cursor.execute(sql, params)
+    return cursor
+
+
+def execute_planned(db: pw.Database, sql: str, params: Sequence[Any]) -> Any:
+    """``execute`` for the SQL texts built once here: on PostgreSQL prepared once per
+    connection and run by name (DeferringConnection.execute_prepared)."""
+    with _AS_PEEWEE_ERRORS:
+        conn = db.connection()
+        cursor = conn.cursor()
+        if isinstance(conn, DeferringConnection):
+            conn.execute_prepared(cursor, sql, params)
+        else:
+            cursor.execute(sql, params)
     return cursor
 
 
