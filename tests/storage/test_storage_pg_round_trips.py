@@ -23,7 +23,7 @@ from test_storage_database import _hold_thread, _insert_worker, _queued, _worker
 from tunefleet.storage.database import Database
 from tunefleet.storage.models import Worker, database_proxy
 from tunefleet.storage.postgres import DeferringCursor
-from tunefleet.storage.statements import SavepointLost, insert_row
+from tunefleet.storage.statements import SavepointLost, insert_row, update_each
 
 pytestmark = [
     pytest.mark.postgres,
@@ -40,6 +40,11 @@ class _Sent(psycopg2.extensions.cursor):
         text = query.decode() if isinstance(query, bytes) else str(query)
         _Sent.sent.append(text)
         return super().execute(query, vars)
+
+    def executemany(self, query: Any, vars_list: Any) -> None:
+        rows = list(vars_list)
+        _Sent.sent.extend([str(query)] * len(rows))  # psycopg2 runs one per row
+        return super().executemany(query, rows)
 
 
 class _CountingCursor(DeferringCursor, _Sent):
@@ -275,3 +280,17 @@ async def test_a_new_connection_prepares_again(db: Database) -> None:
     assert await db.write(_insert_worker_planned("w_after")) == "w_after"
     assert len(_prepares(sent)) == 1
     assert await db.read(_worker_ids) == ["w_after", "w_before"]
+
+
+async def test_a_statement_run_once_per_row_sends_what_is_pending_once(db: Database) -> None:
+    """executemany (many workers' heartbeats in one write) runs a statement per row, so
+    what is pending goes before it on its own, once."""
+    await db.write(_insert_worker("w_1"))
+    await db.write(_insert_worker("w_2"))
+    sent = await _count_round_trips(db)
+
+    def beat() -> int:
+        return update_each(Worker, ["last_heartbeat_at"], "id", [(5.0, "w_1"), (6.0, "w_2")])
+
+    assert await db.write(beat) == 2
+    assert _shapes(sent) == [["BEGIN"], ['UPDATE "worker"'], ['UPDATE "worker"'], ["COMMIT"]]

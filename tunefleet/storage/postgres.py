@@ -45,9 +45,11 @@ class DeferringCursor(psycopg2.extensions.cursor):
         return super().execute(prefix + sql)
 
     def executemany(self, query: Any, vars_list: Any) -> None:
-        conn: DeferringConnection = self.connection
-        if conn.pending:
-            self.execute(";".join(conn.pending))  # one round trip for them, as before
+        pending = self.connection.pending
+        if pending:
+            statements = ";".join(pending)
+            pending.clear()
+            super().execute(statements)  # one round trip for them, as before
         return super().executemany(query, vars_list)
 
 
