@@ -25,7 +25,7 @@ from tunefleet.cli.client import (
     status_error,
 )
 from tunefleet.cli.follow import JobWatch, RateMeter, follow_job, outcome_exit_code
-from tunefleet.cli.follow_view import LineReporter, final_line, render
+from tunefleet.cli.follow_view import LineReporter, final_line, render, state_line
 from tunefleet.cli.jobs import attempts_text
 from tunefleet.cli.local_config import LocalConfigError, resolve
 from tunefleet.cli.main import cli
@@ -146,6 +146,27 @@ def test_render_shows_state_worker_attempt_bar_rate_eta_and_log_tail() -> None:
     assert "step 14/40 (35%), loss 0.25, 2 steps/s, ETA 13 s" in text
     assert "━" in text  # the bar
     assert text.rstrip().endswith("step 14/40 loss 0.25")
+
+
+def test_the_attempt_counts_retries_spent_and_the_undelivered_apart() -> None:
+    """A dispatch that never reached its worker spends no retry: its third dispatch after
+    two undelivered ones is attempt 1 of 4, as `jobs list` says, from the detail and from
+    the live events alike."""
+    watch = JobWatch("j_1")
+    watch.apply_detail(
+        {"status": "running", "worker_id": "w_9", "attempts": 3, "undelivered": 2,
+         "max_retries": 3}
+    )  # fmt: skip
+    assert state_line(watch) == "j_1 running on w_9, attempt 1 of 4 (2 not delivered)"
+    # Live: requeued undelivered once more, then dispatched again.
+    watch.apply_event("job", {"status": "pending", "attempt": 3, "undelivered": 3})
+    watch.apply_event("job", {"status": "dispatched", "worker_id": "w_2", "attempt": 4,
+                              "undelivered": 3})  # fmt: skip
+    assert state_line(watch) == "j_1 dispatched to w_2, attempt 1 of 4 (3 not delivered)"
+    # A retry after a lost worker: attempt 2.
+    watch.apply_event("job", {"status": "running", "worker_id": "w_2", "attempt": 5,
+                              "undelivered": 3})  # fmt: skip
+    assert state_line(watch) == "j_1 running on w_2, attempt 2 of 4 (3 not delivered)"
 
 
 def test_render_pending_says_why_it_waits() -> None:

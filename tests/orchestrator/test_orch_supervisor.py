@@ -149,7 +149,12 @@ async def test_an_unacknowledged_dispatch_goes_back_to_pending_and_is_sent_again
     assert (await harness.job(job_id)).attempts == 1
     assert agent.received("job_cancel") == []
 
-    await harness.advance(EPS)
+    with harness.ctx.hub.subscribe(frozenset({"job"})) as events:
+        await harness.advance(EPS)
+        published = [events.queue.get_nowait() for _ in range(events.queue.qsize())]
+    # The live feed counts the undelivered dispatch apart, so followers (the CLI's
+    # `jobs follow`, the web UI) say "attempt 1 of 1", not "2 of 1".
+    assert [(e.data["attempt"], e.data["undelivered"]) for e in published][-1] == (2, 1)
     # The cancel stops an agent that did start it after all.
     [cancel] = agent.received("job_cancel")
     assert cancel.data["job_id"] == job_id

@@ -81,7 +81,8 @@ class JobWatch:
     status: str = JobState.PENDING
     name: str | None = None
     worker_id: str | None = None
-    attempt: int = 0
+    attempt: int = 0  # dispatches so far, the undelivered ones included
+    undelivered: int = 0  # dispatches that never reached a worker: they spend no retry
     max_attempts: int | None = None
     progress: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -101,6 +102,7 @@ class JobWatch:
         self.name = detail.get("name") or detail.get("config_name") or self.name
         self.worker_id = detail.get("worker_id")
         self.attempt = detail.get("attempts") or 0
+        self.undelivered = detail.get("undelivered") or 0
         if isinstance(detail.get("max_retries"), int):
             self.max_attempts = detail["max_retries"] + 1
         self.error = detail.get("error")
@@ -114,6 +116,7 @@ class JobWatch:
             self.status = data.get("status") or self.status
             self.worker_id = data.get("worker_id")
             self.attempt = data.get("attempt") or self.attempt
+            self.undelivered = data.get("undelivered") or self.undelivered
             self.error = data.get("error")
             if self.status != JobState.PENDING:
                 self.wait_reason = self.queue_position = None

@@ -35,10 +35,14 @@ def _loss(progress: dict[str, Any]) -> str | None:
 
 
 def _attempt(watch: JobWatch) -> str:
+    """'attempt 2 of 4' counts retries spent, as `jobs list` does: a dispatch that never
+    reached its worker spends none and is counted apart ('(1 not delivered)')."""
     if not watch.attempt:
         return ""
+    number = max(1, watch.attempt - watch.undelivered)
     of = f" of {watch.max_attempts}" if watch.max_attempts else ""
-    return f"attempt {watch.attempt}{of}"
+    apart = f" ({watch.undelivered} not delivered)" if watch.undelivered else ""
+    return f"attempt {number}{of}{apart}"
 
 
 def state_line(watch: JobWatch) -> str:

@@ -302,6 +302,7 @@ export function mount(main, { args }) {
       job.status = data.status ?? job.status;
       if (data.worker_id !== undefined) job.worker_id = data.worker_id;
       if (data.attempt !== undefined) job.attempts = data.attempt;
+      if (data.undelivered !== undefined) job.undelivered = data.undelivered;
       if (data.progress) job.progress = data.progress;
       if (data.error !== undefined) job.error = data.error;
       renderHead();

@@ -224,6 +224,7 @@ export function mount(main, { params }) {
           status: data.status ?? job.status,
           worker_id: data.worker_id !== undefined ? data.worker_id : job.worker_id,
           attempts: data.attempt ?? job.attempts,
+          undelivered: data.undelivered ?? job.undelivered,
           progress: data.progress !== undefined && data.progress !== null ? data.progress : job.progress,
           error: data.error !== undefined ? data.error : job.error,
         });
