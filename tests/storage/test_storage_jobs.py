@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import peewee as pw
 import pytest
@@ -10,6 +11,7 @@ from storage_testkit import DbTarget, Line, race_to_dispatch
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists
+from tunefleet.storage.models import database_proxy
 from tunefleet.storage.store import Repos, Store
 
 
@@ -239,3 +241,41 @@ async def test_atomically_commits_all_or_nothing(store: Store) -> None:
     assert job is not None and job.state == "dispatched"
     assert [e.kind for e in await store.list_job_events("j_1")] == ["dispatched"]
     assert len(await store.list_attempts("j_1")) == 1
+
+
+async def test_on_sqlite_a_job_and_its_attempt_go_in_without_savepoints_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """SQLite undoes a failed statement alone and keeps its transaction, so the INSERTs
+    that may hit a unique index need no savepoint there (PostgreSQL's do): one statement
+    each per write, and a clash still leaves the write's other rows in."""
+    db = await open_database(None, tmp_path)
+    store = Store(db, now=lambda: 1.0)
+    statements: list[str] = []
+
+    def dispatched_job(repos: Repos) -> str:
+        repos.jobs.insert("j_1", config={})
+        repos.jobs.insert_attempt("j_1", 1, worker_id="w_1")
+        try:
+            repos.jobs.insert_attempt("j_1", 1, worker_id="w_2")
+        except AlreadyExists as clash:
+            return str(clash)
+        return "no clash"
+
+    try:
+        await db.read(lambda: database_proxy.connection().set_trace_callback(statements.append))
+        statements.clear()  # the read's own
+        assert await store.atomically(dispatched_job) == "job j_1 attempt 1 already exists"
+        written = [s.split(" (")[0] for s in statements if not s.startswith("SELECT")]
+        assert written == [
+            "BEGIN IMMEDIATE",
+            'INSERT INTO "job"',
+            'INSERT INTO "job_attempt"',
+            'INSERT INTO "job_attempt"',
+            "COMMIT",
+        ]
+        attempts = await store.list_attempts("j_1")
+        assert [(a.number, a.worker_id) for a in attempts] == [(1, "w_1")]
+        assert (await store.create_job("j_2", config={})).seq == 2
+    finally:
+        await db.close()
