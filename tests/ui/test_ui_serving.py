@@ -150,3 +150,35 @@ def test_chromium_is_found_only_where_it_can_run(tmp_path: Path) -> None:
     assert chromium_path([None, str(tmp_path / "missing"), str(not_executable)]) is None
     assert chromium_path([None, str(not_executable), str(runnable)]) == str(runnable)
     assert "apt-get install chromium" in INSTALL_HINT
+
+
+async def test_the_servers_one_prepare_hook_sets_ui_headers_and_streamed_request_ids(
+    aiohttp_client: object, tmp_path: Path
+) -> None:
+    """build_app puts both duties in one on_response_prepare hook (one await per response):
+    the UI's headers on the page and its assets only, errors included, and the request id
+    on a response its handler prepared itself."""
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(b"x")
+        return response
+
+    app = build_app(ServerOptions(data_dir=tmp_path, configs_dir=tmp_path, local_runner=False))
+    app.router.add_get("/test/streamed", streamed)
+    assert len(app.on_response_prepare) == 1
+    client: TestClient = await aiohttp_client(app)  # type: ignore[operator]
+    build = app[ui.UI_BUILD_KEY]
+    page = await client.get("/", headers={"X-Request-ID": "page-1"})
+    assert page.headers["Cache-Control"] == "no-cache"
+    assert page.headers["X-Request-ID"] == "page-1"
+    missing = await client.get(f"/static/{build}/no-such.js")
+    assert missing.status == 404 and missing.headers["Cache-Control"] == "no-store"
+    assert "Content-Security-Policy" in missing.headers and "X-Request-ID" in missing.headers
+    api = await client.get("/healthz")
+    assert "Content-Security-Policy" not in api.headers and "X-Request-ID" in api.headers
+    stream = await client.get("/test/streamed", headers={"X-Request-ID": "stream-7"})
+    assert await stream.read() == b"x"
+    assert stream.headers["X-Request-ID"] == "stream-7"
+    assert "Content-Security-Policy" not in stream.headers

@@ -25,9 +25,9 @@ from tunefleet.artifacts.backends import open_store
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.audit import AuditLog
 from tunefleet.errors import TunefleetError
-from tunefleet.http import keys
+from tunefleet.http import keys, ui
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
-from tunefleet.http.errors import request_id_on_prepare
+from tunefleet.http.errors import put_request_id
 from tunefleet.http.front_door import front_door
 from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership
@@ -162,9 +162,18 @@ def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Applica
     app.cleanup_ctx.append(_storage)
     app.cleanup_ctx.append(_fleet)
     app.on_shutdown.append(_close_streams)
-    app.on_response_prepare.append(request_id_on_prepare)
+    app.on_response_prepare.append(_response_prepared)
     build_routes(app)
     return app
+
+
+async def _response_prepared(request: web.Request, response: web.StreamResponse) -> None:
+    """The app's one ``on_response_prepare`` hook, as its headers are sent: the request
+    id on a response its handler prepared itself (``errors.request_id_on_prepare``), and
+    the UI's security and cache headers (``ui.ui_headers``). One hook, not one per duty:
+    aiohttp awaits each on every response, every heartbeat's included (issue 14)."""
+    put_request_id(request, response)
+    ui.put_ui_headers(request, response)
 
 
 async def _storage(app: web.Application) -> AsyncIterator[None]:

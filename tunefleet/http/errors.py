@@ -167,9 +167,17 @@ async def request_id_on_prepare(request: web.Request, response: web.StreamRespon
     """``on_response_prepare`` hook: a response its handler writes itself (an SSE stream, a
     reply sent before the handler returns) is on the wire before ``error_middleware`` sees
     it, so the id goes on here, as the headers are sent."""
-    rid = request.get(REQUEST_ID_KEY)
-    if rid is not None and REQUEST_ID_HEADER not in response.headers:
-        response.headers[REQUEST_ID_HEADER] = rid
+    put_request_id(request, response)
+
+
+def put_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """What ``request_id_on_prepare`` does, for a hook doing more. The header is looked
+    at first: every response the middleware saw already has it."""
+    headers = response.headers
+    if REQUEST_ID_HEADER not in headers:
+        rid = request.get(REQUEST_ID_KEY)
+        if rid is not None:
+            headers[REQUEST_ID_HEADER] = rid
 
 
 def _domain_error_response(request: web.Request, error: TunefleetError, rid: str) -> web.Response:

@@ -88,4 +88,4 @@ def build_routes(app: web.Application) -> None:
     app[keys.OPEN_STREAMS] = StreamWatch()
     routes.add_to(app)
     app.router.add_get("/api/openapi.json", openapi_handler(routes, __version__))
-    ui.add_routes(app)
+    ui.add_routes(app, headers_hook=False)  # build_app's one prepare hook sets them

@@ -55,28 +55,34 @@ def static_prefix(build: str) -> str:
     return f"/static/{build}"
 
 
-def add_routes(app: web.Application) -> None:
-    """Serve the page at ``/`` and its assets; called once from ``build_routes``."""
+def add_routes(app: web.Application, *, headers_hook: bool = True) -> None:
+    """Serve the page at ``/`` and its assets; called once from ``build_routes``.
+    ``headers_hook=False``: the app's own ``on_response_prepare`` hook calls
+    ``put_ui_headers`` (the server has one hook for every response, not one per duty)."""
     build = static_digest()
     page = INDEX_FILE.read_text(encoding="utf-8").replace(STATIC_PLACEHOLDER, static_prefix(build))
     app[UI_BUILD_KEY] = build
     app[UI_INDEX_KEY] = page.encode("utf-8")
     app.router.add_get("/", index)
     app.router.add_static(static_prefix(build), STATIC_DIR, name="ui_static")
-    app.on_response_prepare.append(ui_headers)
+    if headers_hook:
+        app.on_response_prepare.append(ui_headers)
 
 
 async def index(request: web.Request) -> web.StreamResponse:
     return web.Response(body=request.app[UI_INDEX_KEY], content_type="text/html", charset="utf-8")
 
 
-def _is_ui_path(path: str) -> bool:
-    return path == "/" or path.startswith("/static/")
-
-
 async def ui_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """Security and cache headers on the page and its assets (not on the API)."""
-    if not _is_ui_path(request.path):
+    """``on_response_prepare`` hook: security and cache headers on the page and its
+    assets (not on the API)."""
+    put_ui_headers(request, response)
+
+
+def put_ui_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """What ``ui_headers`` does, for a hook doing more."""
+    path = request.path
+    if path != "/" and not path.startswith("/static/"):
         return
     headers = response.headers
     headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
@@ -84,7 +90,7 @@ async def ui_headers(request: web.Request, response: web.StreamResponse) -> None
     headers["Referrer-Policy"] = "no-referrer"
     if response.status >= 400:
         headers["Cache-Control"] = "no-store"
-    elif request.path == "/":
+    elif path == "/":
         headers["Cache-Control"] = REVALIDATE
     else:
         headers["Cache-Control"] = IMMUTABLE
