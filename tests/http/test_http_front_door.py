@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, make_mocked_request
 from tests.server_support.test_support_metrics import http_count
 from tunefleet.errors import TunefleetError
 from tunefleet.http.errors import REQUEST_ID_HEADER, ApiError, request_id_on_prepare
-from tunefleet.http.front_door import front_door
+from tunefleet.http.front_door import app_front_door, front_door
 from tunefleet.metrics import Metrics
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
@@ -26,7 +26,15 @@ class Conflict(TunefleetError):
     status = 409
 
 
-def build_app(metrics: Metrics | None, leadership: Any = None) -> web.Application:
+METRICS_KEY = web.AppKey("metrics", Metrics)
+LEADERSHIP_KEY: web.AppKey[Any] = web.AppKey("leadership")
+
+
+def build_app(
+    metrics: Metrics | None, leadership: Any = None, *, by_keys: bool = False
+) -> web.Application:
+    """``by_keys``: the server's ``app_front_door``, finding both on the app."""
+
     async def job(request: web.Request) -> web.Response:
         return web.json_response({"job": request.match_info["job_id"]})
 
@@ -54,7 +62,14 @@ def build_app(metrics: Metrics | None, leadership: Any = None) -> web.Applicatio
     async def home(_: web.Request) -> web.Response:
         return web.Response(text="ui")
 
-    app = web.Application(middlewares=[front_door(lambda _: metrics, lambda _: leadership)])
+    if by_keys:
+        app = web.Application(middlewares=[app_front_door(METRICS_KEY, LEADERSHIP_KEY)])
+        if metrics is not None:
+            app[METRICS_KEY] = metrics
+        if leadership is not None:
+            app[LEADERSHIP_KEY] = leadership
+    else:
+        app = web.Application(middlewares=[front_door(lambda _: metrics, lambda _: leadership)])
     app.router.add_get("/api/jobs/{job_id}", job)
     app.router.add_post("/api/refused", refused)
     app.router.add_post("/api/domain", domain)
@@ -66,9 +81,12 @@ def build_app(metrics: Metrics | None, leadership: Any = None) -> web.Applicatio
     return app
 
 
-async def test_answers_carry_a_request_id_and_are_measured(aiohttp_client: ClientFactory) -> None:
+@pytest.mark.parametrize("by_keys", [False, True])
+async def test_answers_carry_a_request_id_and_are_measured(
+    aiohttp_client: ClientFactory, by_keys: bool
+) -> None:
     metrics = Metrics()
-    client = await aiohttp_client(build_app(metrics))
+    client = await aiohttp_client(build_app(metrics, by_keys=by_keys))
     ok = await client.get("/api/jobs/j_1")
     assert ok.status == 200 and len(ok.headers[REQUEST_ID_HEADER]) == 16
     kept = await client.get("/api/jobs/j_2", headers={REQUEST_ID_HEADER: "lb-42"})
@@ -76,9 +94,12 @@ async def test_answers_carry_a_request_id_and_are_measured(aiohttp_client: Clien
     assert http_count(metrics, "GET", "/api/jobs/{job_id}", "200") == 2
 
 
-async def test_failures_are_json_details_with_their_status(aiohttp_client: ClientFactory) -> None:
+@pytest.mark.parametrize("by_keys", [False, True])
+async def test_failures_are_json_details_with_their_status(
+    aiohttp_client: ClientFactory, by_keys: bool
+) -> None:
     metrics = Metrics()
-    client = await aiohttp_client(build_app(metrics))
+    client = await aiohttp_client(build_app(metrics, by_keys=by_keys))
     refused = await client.post("/api/refused")
     assert refused.status == 409
     assert await refused.json() == {"detail": "worker is offline; register again"}
@@ -116,11 +137,12 @@ def standby(role: str = "standby") -> Any:
     )
 
 
+@pytest.mark.parametrize("by_keys", [False, True])
 async def test_a_standby_refuses_with_503_naming_the_active_one(
-    aiohttp_client: ClientFactory,
+    aiohttp_client: ClientFactory, by_keys: bool
 ) -> None:
     metrics = Metrics()
-    client = await aiohttp_client(build_app(metrics, standby()))
+    client = await aiohttp_client(build_app(metrics, standby(), by_keys=by_keys))
     refused = await client.get("/api/jobs/j_1")
     assert refused.status == 503
     assert refused.headers["Retry-After"] == "1"

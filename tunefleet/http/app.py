@@ -28,7 +28,7 @@ from tunefleet.errors import TunefleetError
 from tunefleet.http import keys, ui
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
 from tunefleet.http.errors import put_request_id
-from tunefleet.http.front_door import front_door
+from tunefleet.http.front_door import app_front_door
 from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership
 from tunefleet.http.local_setup import local_executor, plan_local
@@ -151,10 +151,7 @@ class ServerOptions:
 def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Application:
     """The application; storage, actors and the local runner live in its cleanup context,
     storage first so that it closes last."""
-    door = front_door(
-        lambda request: request.app.get(keys.METRICS),
-        lambda request: request.app.get(keys.LEADERSHIP),
-    )
+    door = app_front_door(keys.METRICS, keys.LEADERSHIP)
     app = web.Application(middlewares=[door], client_max_size=1024**2)
     app[keys.OPTIONS] = options.absolute()
     app[keys.CLOCK] = clock or RealClock()

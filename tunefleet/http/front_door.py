@@ -32,13 +32,31 @@ def front_door(
 ) -> Middleware:
     """``metrics_of`` and ``leadership_of`` find them from the request (the app creates
     both at startup, after its middleware list is fixed); None: not measured, not gated."""
+    return _front_door(lambda request: (metrics_of(request), leadership_of(request)))
 
+
+def app_front_door(
+    metrics_key: web.AppKey[Metrics], leadership_key: web.AppKey[Leadership]
+) -> Middleware:
+    """``front_door`` finding both under these keys of the request's app: the app looked
+    up once per request, not once for each (the server's middleware; issue 14)."""
+
+    def found(request: web.Request) -> tuple[Metrics | None, Leadership | None]:
+        app = request.app
+        return app.get(metrics_key), app.get(leadership_key)
+
+    return _front_door(found)
+
+
+def _front_door(
+    found: Callable[[web.Request], tuple[Metrics | None, Leadership | None]],
+) -> Middleware:
     @web.middleware
     async def front_door(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = perf_counter()
         status = 500
+        metrics, current = found(request)
         try:
-            current = leadership_of(request)
             if current is None or current.role == "active":
                 response = await answer_or_render(request, handler)
             else:
@@ -52,7 +70,6 @@ def front_door(
             status = CLIENT_CLOSED_STATUS
             raise
         finally:
-            metrics = metrics_of(request)
             if metrics is not None:
                 observe_request(metrics, request, status, started)
 

@@ -68,6 +68,8 @@ def request_timing_middleware(
 def observe_request(metrics: Metrics, request: web.Request, status: int, started: float) -> None:
     """One request in ``http_request_duration_seconds``: its method, route and the status
     the client got, ``started`` being its ``time.perf_counter()`` at the start."""
-    method = request.method if request.method in METHODS else "other"
+    method = request.method
+    if method not in METHODS:
+        method = "other"
     elapsed_s = time.perf_counter() - started
     metrics.observe_http_request(method, route_label(request), status, elapsed_s)
