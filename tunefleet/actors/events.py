@@ -51,6 +51,8 @@ class EventHub:
     def wants(self, kind: str) -> bool:
         """Whether an event of ``kind`` would reach anyone: publishers whose data costs
         something to build (a worker's snapshot) skip it when no page is listening."""
+        if not self._subscribers:  # no page open: every heartbeat asks
+            return False
         return any(sub.kinds is None or kind in sub.kinds for sub in self._subscribers)
 
     def publish(self, kind: str, **data: Any) -> None:
