@@ -113,7 +113,14 @@ def _passed_headers(error: web.HTTPException) -> dict[str, str]:
 
 def start_request(request: web.Request) -> str:
     """Give the request its id (the caller's own when it is safe to keep) and return it."""
-    rid = _incoming_request_id(request) or new_request_id()
+    # _incoming_request_id and new_request_id inline: two calls fewer on every request.
+    rid = request.headers.get(REQUEST_ID_HEADER)
+    if rid is not None:
+        rid = rid.strip()
+        if not _SAFE_REQUEST_ID.fullmatch(rid):
+            rid = None
+    if rid is None:
+        rid = f"{_REQUEST_ID_BITS.getrandbits(64):016x}"
     request[REQUEST_ID_KEY] = rid
     return rid
 
