@@ -190,7 +190,7 @@ async def require_worker(request: web.Request) -> WorkerPrincipal:
     principal = request.get(WORKER_PRINCIPAL_KEY)
     if principal is not None:
         return principal
-    return await _authenticate_worker(request)
+    return await authenticate_worker(request)
 
 
 async def _authenticate_api(request: web.Request) -> ApiPrincipal:
@@ -209,8 +209,9 @@ async def _authenticate_api(request: web.Request) -> ApiPrincipal:
     return principal
 
 
-async def _authenticate_worker(request: web.Request) -> WorkerPrincipal:
-    """The X-Worker-Token's principal, kept on the request; 401 without one."""
+async def authenticate_worker(request: web.Request) -> WorkerPrincipal:
+    """The X-Worker-Token's principal, kept on the request; 401 without one. What a
+    route declared ``auth="worker"`` runs first (``authorize``)."""
     token = extract_worker_token(request)
     if token is None:
         await report_auth_failure(request, "worker", f"no {WORKER_TOKEN_HEADER} header")
@@ -272,7 +273,7 @@ async def authorize(request: web.Request, requirement: AuthRequirement) -> Princ
     without looking for a principal already kept (a miss raises and catches a KeyError
     inside aiohttp's request mapping: on every heartbeat and status report)."""
     if requirement.kind == "worker":
-        return await _authenticate_worker(request)
+        return await authenticate_worker(request)
     if requirement.kind == "api":
         principal = await _authenticate_api(request)
         permission = requirement.permission
