@@ -28,6 +28,7 @@ def restore_logging() -> Iterator[None]:
     saved_handlers, saved_level = list(root.handlers), root.level
     saved_quiet = {n: logging.getLogger(n).level for n in ("transitions", "peewee")}
     saved_srcfile = logging._srcfile
+    saved_fields = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
     try:
         yield
     finally:
@@ -37,6 +38,7 @@ def restore_logging() -> Iterator[None]:
             logging.getLogger(name).setLevel(level)
         logging.captureWarnings(False)
         logging._srcfile = saved_srcfile
+        logging.logThreads, logging.logProcesses, logging.logMultiprocessing = saved_fields
         structlog.reset_defaults()
 
 
@@ -174,3 +176,15 @@ def test_any_event_renders_as_processor_formatter_renders_it(
     record = logging.LogRecord("tunefleet.test", logging.INFO, "", 0, args[0], (), None)
     record.__dict__.update(kwargs["extra"])
     assert handler.format(record) == reference_formatter(handler).format(record)
+
+
+def test_a_record_gathers_no_thread_or_process_that_no_line_renders() -> None:
+    # Each costs a call per record (os.getpid() a system call, multiprocessing's current
+    # process a lookup); the lines above stay what ProcessorFormatter writes without them.
+    configure_logging("json", stream=io.StringIO())
+    records = Records()
+    logging.getLogger().addHandler(records)
+    structlog.get_logger("tunefleet.actors.job_actor").info("job ended", job_id="j_1")
+    (record,) = records.records
+    assert (record.thread, record.threadName) == (None, None)
+    assert (record.process, record.processName) == (None, None)

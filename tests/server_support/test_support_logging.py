@@ -34,6 +34,7 @@ def restore_logging() -> Iterator[None]:
     saved_handlers, saved_level = list(root.handlers), root.level
     saved_quiet = {n: logging.getLogger(n).level for n in ("transitions", "peewee")}
     saved_srcfile = logging._srcfile
+    saved_fields = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
     try:
         yield
     finally:
@@ -43,6 +44,7 @@ def restore_logging() -> Iterator[None]:
             logging.getLogger(name).setLevel(level)
         logging.captureWarnings(False)
         logging._srcfile = saved_srcfile
+        logging.logThreads, logging.logProcesses, logging.logMultiprocessing = saved_fields
         structlog.reset_defaults()
 
 
