@@ -97,6 +97,7 @@ class Metrics:
         # One child per (method, route, status) seen: labels() validates and locks on every
         # call, which was a third of the timing middleware's cost. Bounded, as the labels are.
         self._http_children: dict[tuple[str, str, int], Any] = {}
+        self._finished_children: dict[str, Any] = {}  # the same, one per job outcome
         self.set_worker_counts({})
 
     def observe_http_request(self, method: str, route: str, status: int, seconds: float) -> None:
@@ -110,6 +111,13 @@ class Metrics:
             )
             self._http_children[key] = child
         child.observe(seconds)
+
+    def job_finished(self, outcome: str) -> None:
+        """One job in ``jobs_finished`` under ``outcome`` (a terminal state)."""
+        child = self._finished_children.get(outcome)
+        if child is None:
+            child = self._finished_children[outcome] = self.jobs_finished.labels(outcome=outcome)
+        child.inc()
 
     def set_worker_counts(self, counts: Mapping[str, int]) -> None:
         """Set the per-state gauge from a full count; states not in ``counts`` are 0,

@@ -52,6 +52,15 @@ def test_every_metric_is_exported_with_its_name() -> None:
     assert b"# HELP tunefleet_dispatch_latency_seconds" in body
 
 
+def test_a_job_end_counts_under_its_own_outcome() -> None:
+    metrics = Metrics()
+    for outcome in ("completed", "failed", "completed", "cancelled", "completed"):
+        metrics.job_finished(outcome)
+    assert value(metrics, "tunefleet_jobs_finished_total", outcome="completed") == 3
+    assert value(metrics, "tunefleet_jobs_finished_total", outcome="failed") == 1
+    assert value(metrics, "tunefleet_jobs_finished_total", outcome="cancelled") == 1
+
+
 def test_dispatch_buckets_span_half_a_millisecond_to_ten_seconds() -> None:
     metrics = Metrics()
     metrics.dispatch_latency.observe(0.0003)

@@ -509,7 +509,7 @@ class JobActor(JobFsmMixin, Actor):
             event,
             reported=reported,
         )
-        self.ctx.metrics.jobs_finished.labels(outcome=str(dest)).inc()
+        self.ctx.metrics.job_finished(str(dest))
         if self.ctx.artifacts is not None:
             self.ctx.artifacts.job_ended(self.job_id)
         log.info("job ended", job_id=self.job_id, state=str(dest), reason=reason)
