@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -252,6 +253,7 @@ async def test_sqlite_pragmas(tmp_path: Path) -> None:
 
     def pragmas() -> dict[str, object]:
         names = ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
+        names += ("wal_autocheckpoint",)
         return {name: database_proxy.pragma(name) for name in names}
 
     try:
@@ -262,6 +264,7 @@ async def test_sqlite_pragmas(tmp_path: Path) -> None:
             "foreign_keys": 1,
             "busy_timeout": 5000,
             "synchronous": 2,  # FULL
+            "wal_autocheckpoint": 4000,  # the bound: the thread checkpoints when idle
         }
     finally:
         await db.close()
@@ -459,6 +462,68 @@ async def test_no_linger_when_turned_off(db_target: DbTarget) -> None:
 async def test_linger_must_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="linger_s"):
         await open_database(None, tmp_path, linger_s=-0.001)
+
+
+# --- checkpoints: by the idle thread, not by a commit ---------------------------------
+
+
+async def _checkpoints_after_idle(db: Database, expected: int) -> int:
+    """The thread's checkpoint count once it has gone idle again (a read is answered
+    first if it comes before the thread checks: poll, counting loop turns, not time)."""
+    await db.read(lambda: None)
+    for _ in range(500):
+        if db.stats.checkpoints >= expected:
+            break
+        await asyncio.sleep(0.01)
+    return db.stats.checkpoints
+
+
+def _rows_in_the_database_file_alone(tmp_path: Path) -> list[str]:
+    """The worker ids the main database file holds without its WAL: what checkpoints
+    copied there."""
+    copy = tmp_path / "copy"
+    copy.mkdir(exist_ok=True)
+    (copy / "tunefleet.db").write_bytes((tmp_path / "tunefleet.db").read_bytes())
+    connection = sqlite3.connect(copy / "tunefleet.db")
+    try:
+        tables = connection.execute("SELECT name FROM sqlite_master WHERE name = 'worker'")
+        if not tables.fetchall():
+            return []  # not even the schema was copied yet
+        return sorted(row[0] for row in connection.execute("SELECT id FROM worker"))
+    finally:
+        connection.close()
+
+
+async def test_the_idle_thread_checkpoints_once_enough_groups_committed(tmp_path: Path) -> None:
+    # Four groups: the migration's and three writes.
+    db = await open_database(None, tmp_path, checkpoint_after_groups=4, checkpoint_idle_s=0)
+    try:
+        for worker_id in ("w_a", "w_b"):
+            await db.write(_insert_worker(worker_id))
+        await db.read(lambda: None)
+        await db.read(lambda: None)
+        assert db.stats.checkpoints == 0  # three groups: not yet
+        assert _rows_in_the_database_file_alone(tmp_path) == []
+        await db.write(_insert_worker("w_c"))
+        assert await _checkpoints_after_idle(db, 1) == 1
+        assert _rows_in_the_database_file_alone(tmp_path) == ["w_a", "w_b", "w_c"]
+    finally:
+        await db.close()
+
+
+async def test_a_commit_below_the_bound_leaves_the_wal_to_the_thread(tmp_path: Path) -> None:
+    """With the idle checkpoint off, commits alone copy nothing into the database file
+    below wal_autocheckpoint: SQLite's default (1,000 pages) would have, at about three
+    pages a commit."""
+    db = await open_database(None, tmp_path, checkpoint_after_groups=0)
+    try:
+        for n in range(400):
+            await db.write(_insert_worker(f"w_{n:03}"))
+        await db.read(lambda: None)
+        assert db.stats.checkpoints == 0
+        assert _rows_in_the_database_file_alone(tmp_path) == []
+    finally:
+        await db.close()
 
 
 # --- a write alone: no savepoint, and a failure rolls the transaction back ------------

@@ -21,6 +21,10 @@ from tunefleet.storage.postgres import DeferringConnection, DeferringPostgresqlD
 
 DEFAULT_SQLITE_NAME = "tunefleet.db"
 SQLITE_BUSY_TIMEOUT_MS = 5000
+# The WAL's bound, in pages (4 KiB each): past it the commit itself checkpoints. The
+# database thread checkpoints when idle long before (database.py), so this is reached
+# only by a thread that never idles; 4x SQLite's default, 16 MiB.
+WAL_AUTOCHECKPOINT_PAGES = 4000
 POSTGRES_CONNECT_TIMEOUT_S = 5
 _URL_HINT = "use sqlite:///path/to/file.db or postgresql://user@host:5432/dbname"
 
@@ -113,7 +117,8 @@ def build_peewee_database(config: DatabaseConfig) -> pw.Database:
 
     SQLite: WAL (readers never block the writer), foreign keys on, a busy timeout for other
     processes holding the lock (backups, a second tool), synchronous=FULL so a committed
-    write survives power loss. Write transactions BEGIN IMMEDIATE so a writer takes the
+    write survives power loss, a WAL checkpointed by the commit itself only past
+    WAL_AUTOCHECKPOINT_PAGES. Write transactions BEGIN IMMEDIATE so a writer takes the
     lock up front instead of failing when it upgrades from reading.
     """
     if config.backend == "sqlite":
@@ -127,6 +132,7 @@ def build_peewee_database(config: DatabaseConfig) -> pw.Database:
                 ("foreign_keys", 1),
                 ("busy_timeout", SQLITE_BUSY_TIMEOUT_MS),
                 ("synchronous", "FULL"),
+                ("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES),
             ],
             timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
             thread_safe=False,
