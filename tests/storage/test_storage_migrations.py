@@ -98,6 +98,14 @@ async def test_empty_database_is_built_to_the_latest_schema(db: Database) -> Non
     assert ["job_id", "attempt", "seq"] in unique
 
 
+async def test_job_attempts_keep_one_index_by_job(db: Database) -> None:
+    """The unique (job_id, number) index alone: the one on job_id that it covers is
+    dropped (one page less in every commit that adds an attempt)."""
+    indexes = await db.read(lambda: database_proxy.get_indexes("job_attempt"))
+    by_job = [(index.columns, index.unique) for index in indexes if "job_id" in index.columns]
+    assert by_job == [(["job_id", "number"], True)]
+
+
 async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget) -> None:
     await asyncio.to_thread(_with_raw, db_target, _build_v1_with_data)
     db = await open_database(db_target.url, db_target.data_dir)

@@ -4,7 +4,9 @@
 highest. Opening an older database upgrades it in ONE transaction (all or nothing); a
 newer one is refused with SchemaTooNew so an old release never writes to a schema it
 does not understand. Policy: migrations only add (tables, nullable columns, indexes) so
-a rollback to a backup is the way back, and every migration is written once and frozen.
+a rollback to a backup is the way back, and every migration is written once and frozen;
+the one exception drops an index that another one covers (8: nothing reads or writes
+differently without it).
 """
 
 from __future__ import annotations
@@ -240,6 +242,14 @@ def _worker_agent_name(database: pw.Database) -> None:
     migrator.migrate(migrator.add_column("worker", "agent_name", pw.TextField(null=True)))
 
 
+def _drop_covered_attempt_index(database: pw.Database) -> None:
+    """job_attempt's index on job_id alone: the unique (job_id, number) one serves every
+    lookup by job (and the job's ON DELETE CASCADE) as well, and each index is one more
+    page written by every commit that adds an attempt, a placed submission's included
+    (issue 14). Older releases read and write the table the same without it."""
+    database.execute_sql('DROP INDEX IF EXISTS "job_attempt_job_id"')
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -252,6 +262,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "artifacts: upload tokens, objects, checkpoints, multipart uploads", _artifacts),
     Migration(6, "leader lease for standby orchestrators on PostgreSQL", _leader_lease),
     Migration(7, "worker agent_name", _worker_agent_name),
+    Migration(
+        8,
+        "drop job_attempt's index on job_id that (job_id, number) covers",
+        _drop_covered_attempt_index,
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -210,7 +210,8 @@ class Job(BaseModel):
 
 class JobAttempt(BaseModel):
     id = pw.AutoField()
-    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id")
+    # No index of its own: the unique (job_id, number) one serves it (migration 8).
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id", index=False)
     number = pw.IntegerField()
     worker_id = pw.CharField(max_length=64, null=True)
     dispatched_at = pw.DoubleField()
