@@ -53,6 +53,9 @@ log = structlog.get_logger(__name__)
 _NO_LIBRARY_PING_S = 86_400.0
 _PING = PingEvent().model_dump_json()
 _MAX_LOG_BATCH_BYTES = 10 * 1024 * 1024
+# What json.dumps(data, separators=(",", ":"), default=str) writes, without the encoder
+# that json.dumps makes anew on each call given any argument (about 0.8 us an event).
+_EVENT_DATA = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 @routes.route(
@@ -135,7 +138,7 @@ async def worker_stream(request: web.Request) -> web.StreamResponse:
 
 
 async def _send(sse: EventSourceResponse, event: StreamEvent) -> None:
-    data = json.dumps(event.data, separators=(",", ":"), default=str)
+    data = _EVENT_DATA.encode(event.data)
     await sse.send(data, id=str(event.event_id) if event.event_id else None, event=event.type)
 
 
