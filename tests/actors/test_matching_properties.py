@@ -330,6 +330,30 @@ def test_a_job_avoids_its_unacknowledging_worker_but_never_waits_for_another(
             assert all(unmet(job.requirements, w) is not None for w in still_free)
 
 
+def test_a_worker_one_avoiding_job_gives_up_is_free_for_another() -> None:
+    """j_1 leaves w_0 (which it avoids) for w_6; w_0 is then free, and j_2, on the w_7 it
+    avoids, moves there (hypothesis found the case where it stayed on w_7)."""
+    anything = Requirements("worker", gpu_count=0)
+    workers = [WorkerView("w_0"), WorkerView("w_6", gpu_vram_gb=16.0), WorkerView("w_7")]
+    plain = [PendingJob("j_1", 0, 1, anything), PendingJob("j_2", 0, 2, anything)]
+    assert plan(plain, workers) == [("j_1", "w_0"), ("j_2", "w_7")]
+    avoiding = [replace(plain[0], avoid="w_0"), replace(plain[1], avoid="w_7")]
+    assert plan(avoiding, workers) == [("j_1", "w_6"), ("j_2", "w_0")]
+    assert plan(avoiding, IdleWorkers(workers)) == [("j_1", "w_6"), ("j_2", "w_0")]
+    # The other way round: j_2's move frees the only other worker j_1 fits, so the moves
+    # go round again (j_1 came first and found none the first time).
+    in_zone_a = Requirements("worker", {"zone": "a"}, gpu_count=0)
+    workers = [
+        WorkerView("w_a1", labels={"zone": "a"}),
+        WorkerView("w_a2", labels={"zone": "a"}),
+        WorkerView("w_big", gpu_count=2),
+    ]
+    plain = [PendingJob("j_1", 0, 1, in_zone_a), PendingJob("j_2", 0, 2, anything)]
+    assert plan(plain, workers) == [("j_1", "w_a1"), ("j_2", "w_a2")]
+    avoiding = [replace(plain[0], avoid="w_a1"), replace(plain[1], avoid="w_a2")]
+    assert plan(avoiding, workers) == [("j_1", "w_a2"), ("j_2", "w_big")]
+
+
 def test_an_avoiding_job_moves_only_to_a_worker_nobody_was_given() -> None:
     small = WorkerView("w_small", labels={"zone": "a"}, gpu_count=1)
     big = WorkerView("w_big", gpu_count=2)

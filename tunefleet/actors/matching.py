@@ -215,18 +215,25 @@ def _steer_clear(
     """Move each job placed on the worker it avoids to the best other free worker that
     fits it, if any (a worker that takes job_submits and never acknowledges them would
     otherwise get the same job again, each time after the acknowledgement timeout).
-    Only workers nobody was given are taken, so no job loses its place; a worker given up
-    may then fit a job left unplaced, so those are planned again on what is still free."""
+    Only workers nobody holds are taken, so no job loses its place. A worker given up is
+    free again: another avoiding job may move onto it, so the moves repeat until none is
+    left to make (each one takes a job off the worker it avoids: at most one per job);
+    it may also fit a job left unplaced, so those are planned again on what is free."""
     jobs = {job.job_id: job for job in pending}
     taken = {worker_id for _, worker_id in placements}
     steered = list(placements)
-    for i, (job_id, worker_id) in enumerate(steered):
-        if jobs[job_id].avoid != worker_id:
-            continue
-        other = pool.best_for(jobs[job_id].requirements.key(), taken)
-        if other is not None:  # else only the avoided worker fits: it still goes there
-            steered[i] = (job_id, other.worker_id)
-            taken.add(other.worker_id)
+    moved = True
+    while moved:
+        moved = False
+        for i, (job_id, worker_id) in enumerate(steered):
+            if jobs[job_id].avoid != worker_id:
+                continue
+            other = pool.best_for(jobs[job_id].requirements.key(), taken)
+            if other is not None:  # else only the avoided worker fits: it still goes there
+                steered[i] = (job_id, other.worker_id)
+                taken.add(other.worker_id)
+                taken.discard(worker_id)
+                moved = True
     if steered == placements:
         return placements
     placed = {job_id for job_id, _ in steered}
