@@ -6,13 +6,13 @@ from __future__ import annotations
 import io
 import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from logging_state import restore_logging  # noqa: F401  (autouse: logging put back)
 
 from tunefleet.logging import _LineFormatter, _TunefleetHandler, configure_logging
 
@@ -20,26 +20,6 @@ WORKER_TOKEN = "wt_Q1w2E3r4T5y6U7i8O9p0AaSsDdFfGgHhJjKkLlZz-_x"
 API_TOKEN = "tf_abcdefghijklmnopqrstuvwxyz0123456789ABCD"
 # The timestamp ProcessorFormatter adds to a foreign record when it formats it.
 _STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    saved_quiet = {n: logging.getLogger(n).level for n in ("transitions", "peewee")}
-    saved_srcfile = logging._srcfile
-    saved_fields = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
-    try:
-        yield
-    finally:
-        root.handlers[:] = saved_handlers
-        root.setLevel(saved_level)
-        for name, level in saved_quiet.items():
-            logging.getLogger(name).setLevel(level)
-        logging.captureWarnings(False)
-        logging._srcfile = saved_srcfile
-        logging.logThreads, logging.logProcesses, logging.logMultiprocessing = saved_fields
-        structlog.reset_defaults()
 
 
 class Records(logging.Handler):

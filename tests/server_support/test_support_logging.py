@@ -6,12 +6,12 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from logging_state import restore_logging  # noqa: F401  (autouse: logging put back)
 
 from tunefleet.logging import (
     REDACTED,
@@ -26,26 +26,6 @@ from tunefleet.logging import (
 
 WORKER_TOKEN = "wt_Q1w2E3r4T5y6U7i8O9p0AaSsDdFfGgHhJjKkLlZz-_x"
 API_TOKEN = "tf_abcdefghijklmnopqrstuvwxyz0123456789ABCD"
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    saved_quiet = {n: logging.getLogger(n).level for n in ("transitions", "peewee")}
-    saved_srcfile = logging._srcfile
-    saved_fields = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
-    try:
-        yield
-    finally:
-        root.handlers[:] = saved_handlers
-        root.setLevel(saved_level)
-        for name, level in saved_quiet.items():
-            logging.getLogger(name).setLevel(level)
-        logging.captureWarnings(False)
-        logging._srcfile = saved_srcfile
-        logging.logThreads, logging.logProcesses, logging.logMultiprocessing = saved_fields
-        structlog.reset_defaults()
 
 
 def json_lines(buffer: io.StringIO) -> list[dict[str, object]]:

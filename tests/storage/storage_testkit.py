@@ -9,6 +9,8 @@ from pathlib import Path
 import peewee as pw
 import psycopg2
 
+from tunefleet.storage.database import Database
+from tunefleet.storage.models import database_proxy
 from tunefleet.storage.store import Store
 from tunefleet.storage.urls import build_peewee_database, parse_database_url
 
@@ -58,3 +60,15 @@ async def race_to_dispatch(store: Store, job_id: str, racers: int) -> list[bool]
         )
     )
     return list(results)
+
+
+async def kill_connection(db: Database) -> None:
+    """End the PostgreSQL session behind ``db``'s connection from another one, as a
+    server restart or a network cut would: its next call meets a dead connection."""
+    pid = await db.read(lambda: database_proxy.execute_sql("SELECT pg_backend_pid()").fetchone()[0])
+    admin = await asyncio.to_thread(pg_connect)
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    finally:
+        admin.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import peewee as pw
 import pytest
-from storage_testkit import DbTarget, pg_connect
+from storage_testkit import DbTarget, kill_connection
 from structlog.testing import capture_logs
 
 from tunefleet.storage.database import Database, open_database
@@ -314,13 +314,7 @@ async def test_a_dead_db_thread_leaves_nobody_waiting(db_target: DbTarget) -> No
     "db_target", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
 )
 async def test_a_lost_postgres_connection_is_reopened(db: Database) -> None:
-    pid = await db.read(lambda: database_proxy.execute_sql("SELECT pg_backend_pid()").fetchone()[0])
-    admin = await asyncio.to_thread(pg_connect)
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    finally:
-        admin.close()
+    await kill_connection(db)
     # The call that meets the dead connection fails (a write's fate would be unknown,
     # so nothing is retried blindly); the next one gets a new connection.
     with pytest.raises(pw.DatabaseError):

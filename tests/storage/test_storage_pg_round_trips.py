@@ -17,7 +17,7 @@ import peewee as pw
 import psycopg2
 import psycopg2.extensions
 import pytest
-from storage_testkit import pg_connect
+from storage_testkit import kill_connection
 from test_storage_database import _hold_thread, _insert_worker, _queued, _worker_ids
 
 from tunefleet.storage.database import Database
@@ -267,13 +267,7 @@ async def test_a_failed_first_run_is_prepared_afresh_under_a_new_name(db: Databa
 
 async def test_a_new_connection_prepares_again(db: Database) -> None:
     await db.write(_insert_worker_planned("w_before"))
-    pid = await db.read(lambda: database_proxy.execute_sql("SELECT pg_backend_pid()").fetchone()[0])
-    admin = await asyncio.to_thread(pg_connect)
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    finally:
-        admin.close()
+    await kill_connection(db)
     with pytest.raises(pw.DatabaseError):
         await db.write(_insert_worker_planned("w_lost"))
     sent = await _count_round_trips(db)
