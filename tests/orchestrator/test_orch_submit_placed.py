@@ -335,6 +335,37 @@ async def test_a_refused_commit_stores_nothing_pushes_nothing_and_frees_the_work
     assert agent.submitted_jobs() == [job_id]
 
 
+async def test_a_push_that_crashes_the_worker_still_answers_the_stored_job_dispatched(
+    harness: FleetHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job is committed before its push: a bug that crashes the worker actor on the
+    push (logged and recovered by the actor) must not answer the submitter with an error
+    for a job that is stored. The acknowledgement timeout takes the job back, undelivered,
+    and the next dispatch reaches the worker."""
+    agent = await harness.agent("w1")
+    real_push = WorkerActor.on_push_job
+    crashes: list[str] = []
+
+    def crash_once(self: WorkerActor, msg: m.PushJob) -> None:
+        if not crashes:
+            crashes.append(msg.job_id)
+            raise RuntimeError("a bug in the push")
+        real_push(self, msg)
+
+    monkeypatch.setattr(WorkerActor, "on_push_job", crash_once)
+    reply = await harness.fleet.submit(job_record(), actor="tester")
+    job_id = str(reply["job_id"])
+    assert (reply["status"], reply["allocated_worker_id"]) == ("dispatched", agent.worker_id)
+    await harness.settle()
+    assert crashes == [job_id]
+    assert agent.submitted_jobs() == []
+    assert await harness.job_state(job_id) == "dispatched"
+
+    await harness.advance(harness.settings.dispatch_ack_timeout_s)
+    assert agent.submitted_jobs() == [job_id]
+    assert [a.outcome for a in await harness.attempts(job_id)][:1] == ["undelivered"]
+
+
 async def test_a_worker_that_declines_the_reservation_leaves_the_job_queued(
     harness: FleetHarness,
 ) -> None:

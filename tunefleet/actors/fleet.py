@@ -410,9 +410,10 @@ class Fleet:
         push = await job.store_placed(worker, event)
         self._adopt_job(job)  # before its worker can report on it: the push comes after
         # An idle worker (its event ids reserved) answers at once: the job_submit is on its
-        # stream with no task or loop turn between. A worker stopped or stuck meanwhile:
-        # the acknowledgement timeout, armed already, requeues the job.
-        with contextlib.suppress(ActorError):
+        # stream with no task or loop turn between. A worker stopped, stuck or crashed on it
+        # meanwhile (the actor logs and recovers its own crash): the job is stored, so the
+        # submitter hears so, and the acknowledgement timeout, armed already, requeues it.
+        with contextlib.suppress(Exception):
             await worker.ask(push)
 
     def _adopt_job(self, job: JobActor) -> None:
