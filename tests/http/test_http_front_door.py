@@ -17,6 +17,7 @@ from tests.server_support.test_support_metrics import http_count
 from tunefleet.errors import TunefleetError
 from tunefleet.http.errors import REQUEST_ID_HEADER, ApiError, request_id_on_prepare
 from tunefleet.http.front_door import app_front_door, front_door
+from tunefleet.http.metrics import route_label
 from tunefleet.metrics import Metrics
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
@@ -177,6 +178,7 @@ async def test_a_cancelled_handler_is_counted_as_client_closed() -> None:
     app.router.add_get("/api/workers/stream", stream)
     request = make_mocked_request("GET", "/api/workers/stream", app=app)
     request._match_info = await app.router.resolve(request)
+    assert route_label(request) == "/api/workers/stream"
     with pytest.raises(asyncio.CancelledError):
         await middleware(request, stream)
     assert http_count(metrics, "GET", "/api/workers/stream", "499") == 1

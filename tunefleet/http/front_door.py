@@ -6,8 +6,8 @@ standby gate (``http/leadership.py``). One middleware rather than three nested: 
 layer of aiohttp's chain was a wrapper, a call and a frame on every request, the
 heartbeats' and status reports' included (issue 14). The behaviour is theirs, in the
 same order, from the same pieces (``errors.answer_or_render``,
-``metrics.observe_request``); ``request_timing_middleware`` and ``error_middleware``
-remain for apps that want one of them alone.
+``metrics.observe_request``); ``error_middleware`` remains for apps that want only
+its JSON errors and request ids.
 """
 
 from __future__ import annotations
