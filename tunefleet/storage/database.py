@@ -123,7 +123,9 @@ def _settle_all(calls: list[_Call], outcomes: list[tuple[bool, Any]]) -> None:
             loop.call_soon_threadsafe(_settle_futures, answers)
 
 
-def _follow_up(fn: Callable[[], None]) -> None:
+def follow_up(fn: Callable[[], None]) -> None:
+    """Run what follows a committed write (its ``after_commit``, a commit listener): what
+    it raises is logged, the write stays committed. The in-memory database uses it too."""
     try:
         fn()
     except Exception as exc:  # the write is committed: its caller still hears so
@@ -420,10 +422,10 @@ class Database:
         for call, (ok, value) in zip(group, outcomes, strict=True):
             kept = kept or ok
             if ok and call.after_commit is not None:
-                _follow_up(partial(call.after_commit, value))
+                follow_up(partial(call.after_commit, value))
         if kept:
             for done in self._commit_listeners:
-                _follow_up(done)
+                follow_up(done)
         _settle_all(group, outcomes)
 
     def _run_in_savepoints(

@@ -11,8 +11,8 @@ from functools import partial
 from typing import Any, TypeVar
 
 import peewee as pw
-import structlog
 
+from tunefleet.storage.database import follow_up
 from tunefleet.storage.errors import DatabaseClosed
 from tunefleet.storage.rows import (
     ApiTokenRow,
@@ -35,8 +35,6 @@ from tunefleet.storage.store_artifacts import (
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -119,9 +117,9 @@ class MemoryDatabase:
                 forget()
             raise
         if after_commit is not None:
-            _follow_up(partial(after_commit, result))
+            follow_up(partial(after_commit, result))
         for done in self._commit_listeners:
-            _follow_up(done)
+            follow_up(done)
         return result
 
     async def close(self) -> None:
@@ -132,14 +130,6 @@ class MemoryDatabase:
             raise DatabaseClosed("the in-memory database is closed")
         # A real database answers later, from its own thread: let other tasks run first.
         await asyncio.sleep(0)
-
-
-def _follow_up(fn: Callable[[], None]) -> None:
-    """As Database.write: what follows a kept write and raises is logged; the write stays."""
-    try:
-        fn()
-    except Exception as exc:
-        log.exception("storage.after_commit_failed", error=str(exc))
 
 
 def stored_row(cls: type[R], model: type[pw.Model], values: Mapping[str, Any]) -> R:
