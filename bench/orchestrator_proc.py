@@ -7,6 +7,9 @@ runs get a fresh schema of their own through libpq's ``options``.
 ``TUNEFLEET_BENCH_PROFILE=1`` also samples the server with py-spy (the ``bench`` extra)
 from start to stop, and saves the collapsed stacks of every thread, CPU samples only, as
 ``bench/results/profile-<name>.txt`` (flamegraph.pl or speedscope read them).
+``TUNEFLEET_BENCH_PROFILE=gil`` samples only the thread holding the GIL (py-spy's
+``--gil``): the Python CPU each thread really spends, without the samples of a thread
+that waits for the GIL and counts as busy.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ PG_DSN = {"host": "127.0.0.1", "port": 5432, "dbname": "test", "user": "postgres
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 PROFILE = os.environ.get("TUNEFLEET_BENCH_PROFILE", "") not in ("", "0")
+PROFILE_GIL = os.environ.get("TUNEFLEET_BENCH_PROFILE", "") == "gil"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-PROFILE_RATE_HZ = 250
+# TUNEFLEET_BENCH_PROFILE_RATE: more samples a second for a short run (py-spy's cost grows).
+PROFILE_RATE_HZ = int(os.environ.get("TUNEFLEET_BENCH_PROFILE_RATE", "") or 250)
 
 
 def free_port() -> int:
@@ -161,7 +166,9 @@ class Orchestrator:
         rate = str(PROFILE_RATE_HZ)
         # --threads: the event loop apart from the database and audit threads.
         output = str(out)
-        return [str(py_spy), "record", "--format", "raw", "--threads", "--rate", rate, "-o", output]
+        gil = ["--gil"] if PROFILE_GIL else []
+        return [str(py_spy), "record", "--format", "raw", "--threads", *gil,
+                "--rate", rate, "-o", output]  # fmt: skip
 
     def _start_profiler(self, command: list[str] | None) -> None:
         if command is None or self.process is None:
