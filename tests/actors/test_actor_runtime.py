@@ -767,3 +767,173 @@ async def test_a_stopped_actor_answers_nothing_at_once() -> None:
     with pytest.raises(ActorStopped):
         await actor.ask(Quick(6))
     assert actor.at_once == []
+
+
+# --- tells handled at once ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SendSelf:
+    """Handled at once; sends the actor itself a Note while it is being handled."""
+
+
+@dataclass(frozen=True)
+class SendTo:
+    """Handled at once; tells `other` a Quick(1) whose handling tells this actor Note(2)."""
+
+    other: Actor
+
+
+@dataclass(frozen=True)
+class SendBack:
+    """Handled at once; tells `back` Note(2)."""
+
+    back: Actor
+
+
+@dataclass(frozen=True)
+class StopSelf:
+    """Handled at once; begins the actor's own stop."""
+
+
+class Teller(Eager):
+    """Eager, and what it does while handling at once: nesting it must never show."""
+
+    def __init__(self, name: str = "teller") -> None:
+        super().__init__(name)
+        self.depth = 0
+        self.max_depth = 0
+
+    def answer_at_once(self, message: object) -> object:
+        self.depth += 1
+        self.max_depth = max(self.max_depth, self.depth)
+        try:
+            match message:
+                case SendSelf():
+                    self.tell(Note(1))
+                case SendTo(other=other):
+                    other.tell(SendBack(self))
+                case SendBack(back=back):
+                    back.tell(Note(2))
+                case StopSelf():
+                    self._owner().stop_soon(self)
+                case _:
+                    return super().answer_at_once(message)
+            self.at_once.append(message)
+            return None
+        finally:
+            self.depth -= 1
+
+
+async def test_an_idle_actor_handles_a_tell_at_once_without_a_task_or_a_turn() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    turns: list[str] = []
+    asyncio.get_running_loop().call_soon(turns.append, "turn")
+    actor.tell(Quick(1))
+    assert actor.try_tell(Quick(2))
+    assert actor.at_once == [Quick(1), Quick(2)] and actor.handled == []
+    assert turns == [] and actor._task is None and actor._mailbox is None
+
+
+async def test_a_tell_to_a_busy_actor_waits_its_turn_in_the_mailbox() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    actor.tell(Block())
+    actor.tell(Quick(3))
+    await settle()
+    assert actor.at_once == []
+    actor.gate.set()
+    await settle()
+    assert actor.handled == [Quick(3)] and actor.at_once == []
+
+
+async def test_a_message_left_for_later_is_told_through_receive() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    actor.tell(Note(4))
+    assert actor.handled == [] and actor._task is not None
+    await settle()
+    assert actor.handled == [Note(4)] and actor._task is None
+
+
+async def test_a_refusal_told_at_once_is_logged_and_no_crash() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    with capture_logs() as logs:
+        actor.tell(Quick(fail="refuse"))  # the teller hears nothing, as from the mailbox
+        await settle()
+    refused = [e for e in logs if e["event"] == "actor refused a message"]
+    assert refused == [
+        {
+            "event": "actor refused a message",
+            "log_level": "warning",
+            "actor": "eager",
+            "message_type": "Quick",
+            "error": "not now",
+        }
+    ]
+    assert actor.restarts == [] and actor._task is None and actor.alive
+
+
+async def test_a_crash_told_at_once_is_recovered_before_what_follows() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()
+    actor.tell(Quick(fail="crash"))  # the teller hears nothing, as from the mailbox
+    actor.tell(Note(5))  # sent while the recovery has not run yet
+    assert actor._task is not None
+    await settle()
+    assert [str(e) for e in actor.restarts] == ["boom at once"]
+    assert actor.events[-2:] == ["restart", "message"]  # recovered, then the next message
+    assert actor.alive and actor._task is None
+
+
+async def test_what_an_actor_sends_itself_while_answering_at_once_waits_for_its_task() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Teller())
+    await settle()
+    actor.tell(SendSelf())
+    assert actor.at_once == [SendSelf()] and actor.handled == []  # not handled inside
+    assert actor._task is not None and actor.mailbox_size == 1
+    await settle()
+    assert actor.handled == [Note(1)] and actor._task is None and actor._mailbox is None
+
+
+async def test_a_message_sent_back_while_answering_at_once_waits_for_the_first_to_end() -> None:
+    system, _ = make_system()
+    a = system.spawn(Teller("a"))
+    b = system.spawn(Teller("b"))
+    await settle()
+    a.tell(SendTo(b))  # a tells b at once, whose answer tells a: a is busy, so it waits
+    assert b.at_once == [SendBack(a)] and a.at_once == [SendTo(b)]
+    assert a.handled == [] and a.max_depth == 1 and a.mailbox_size == 1
+    assert await a.ask(Quick(6)) == ("ok", Quick(6))  # behind the note, through receive
+    assert a.handled == [Note(2), Quick(6)] and a.max_busy == 1
+
+
+async def test_a_stop_begun_while_answering_at_once_ends_after_it() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Teller())
+    await settle()
+    actor.tell(StopSelf())
+    assert actor.at_once == [StopSelf()] and not actor.alive
+    with pytest.raises(ActorStopped):
+        actor.tell(Note(7))
+    await settle()
+    assert actor.events[-1] == "stop" and system.get("teller") is None
+
+
+async def test_a_job_actor_without_answers_at_once_is_told_through_its_mailbox() -> None:
+    system, _ = make_system()
+    actor = system.spawn(Recorder())
+    await settle()
+    assert not Recorder._answers_at_once and Eager._answers_at_once
+    actor.tell(Note(8))
+    assert actor.mailbox_size == 1 and actor._task is not None
+    await settle()
+    assert actor.handled == [Note(8)]

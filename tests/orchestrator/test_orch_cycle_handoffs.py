@@ -115,17 +115,15 @@ async def test_a_job_cycle_makes_a_task_per_message_to_an_idle_actor_and_no_othe
     await _one_cycle(harness, agent.worker_id)
     with counting(asyncio.get_running_loop()) as counts:
         await _one_cycle(harness, agent.worker_id)
-    # One task per message that finds its actor idle, and the shielded placement (a
-    # caller gone mid-commit must not strand the reserved worker): no task gathers or
-    # waits for an audit line. The placement, the reservation and the push are answered
-    # at once by the idle scheduler and worker, in the submission's own task.
+    # One task per message that finds its actor idle and needs an await, and the
+    # shielded placement (a caller gone mid-commit must not strand the reserved worker):
+    # no task gathers or waits for an audit line. The placement, the reservation and the
+    # push are answered at once by the idle scheduler and worker, in the submission's own
+    # task; the acknowledgement, the release, the report written and the worker free
+    # again (no job waiting) are handled at once in the teller's.
     assert dict(counts.tasks) == {
         "Fleet._submit_placed": 1,
         "JobActor StatusReported": 2,  # running, completed
-        "WorkerActor JobAcknowledged": 1,
-        "WorkerActor JobReleased": 1,
-        "WorkerActor ReportWritten": 1,
-        "Scheduler WorkerChanged": 1,  # free again
     }
 
 

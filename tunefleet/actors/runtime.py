@@ -5,10 +5,12 @@ An idle actor owns no task and no mailbox: both exist only while it has messages
 ten thousand idle actors cost a few hundred bytes each. `tell` and `ask` must be
 called on the event loop's thread.
 
-An actor may answer some asks at once (`answer_at_once`): while it is idle, a message
-whose handling needs no await is handled in the asker's task, still one message at a
-time and in order (nothing is queued before it), without the task, the reply future
-and the two event-loop turns that an ask through the mailbox costs.
+An actor may answer some messages at once (`answer_at_once`): while it is idle, a
+message whose handling needs no await is handled in the asker's (or teller's) task, still
+one message at a time and in order (nothing is queued before it), without the task, the
+reply future and the event-loop turns that a message through the mailbox costs. What
+arrives while it is being handled (a message it sends itself, or one sent back to it by
+an actor it told) waits in the mailbox, and a task handles it afterwards.
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ class Actor:
     __slots__ = ("_crash_times", "_mailbox", "_state", "_system", "_task", "name")
 
     refusals: ClassVar[tuple[type[Exception], ...]] = (TunefleetError,)
+    # Whether the class answers anything at once: a tell to one that does not (a job
+    # actor) goes straight to its mailbox.
+    _answers_at_once: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._answers_at_once = cls.answer_at_once is not Actor.answer_at_once
 
     def __init__(self, name: str) -> None:
         if not name:
@@ -99,8 +108,10 @@ class Actor:
     def answer_at_once(self, message: object) -> object:
         """The answer to an ask of `message` without an await, or `LATER` (the default)
         to have `receive` handle it from the mailbox. Called only while the actor is
-        idle: running, no message queued or in hand. A refusal it raises goes to the
-        asker; any other exception is a crash, recovered as one from `receive`."""
+        idle: running, no message queued or in hand; for a told message too, whose
+        answer is dropped. A refusal it raises goes to the asker (a told one is logged,
+        as from the mailbox); any other exception is a crash, recovered as one from
+        `receive`."""
         return LATER
 
     async def on_start(self) -> None:
@@ -125,15 +136,31 @@ class Actor:
         return len(self._mailbox) if self._mailbox else 0
 
     def tell(self, message: object) -> None:
-        """Queue `message`; raises ActorStopped once the actor is stopping."""
+        """Queue `message` (or handle it at once while idle, see `answer_at_once`);
+        raises ActorStopped once the actor is stopping."""
+        if (
+            self._answers_at_once
+            and self._mailbox is None
+            and self._task is None
+            and self._state == _RUNNING
+            and self._told_at_once(message)
+        ):
+            return
         self._enqueue(message, None)
 
     def try_tell(self, message: object) -> bool:
-        """Tell unless the actor is stopping or stopped; True if queued. For timers and
-        other callbacks that may outlive the actor."""
+        """Tell unless the actor is stopping or stopped; True if queued (or handled at
+        once). For timers and other callbacks that may outlive the actor."""
         check_message(message)
         if self._state != _RUNNING:
             return False
+        if (
+            self._answers_at_once
+            and self._mailbox is None
+            and self._task is None
+            and self._told_at_once(message)
+        ):
+            return True
         self._enqueue(message, None)
         return True
 
@@ -144,7 +171,7 @@ class Actor:
         actor, it is not domain time. After a timeout the message is still handled
         later; only its answer is dropped.
         """
-        if self._task is None and self._state == _RUNNING:
+        if self._mailbox is None and self._task is None and self._state == _RUNNING:
             answer = self._answer_idle(message)
             if answer is not LATER:
                 return answer
@@ -176,6 +203,10 @@ class Actor:
     def _answer_idle(self, message: object) -> object:
         if type(message) not in _MESSAGE_TYPES:
             check_message(message)
+        # A mailbox and no task: busy answering at once. What is sent meanwhile (to
+        # itself, or back through an actor it tells) waits there, for a task made after.
+        self._mailbox = deque()
+        crashed: tuple[object, Exception] | None = None
         try:
             return self.answer_at_once(message)
         except Exception as error:
@@ -183,10 +214,24 @@ class Actor:
                 # Recovered on the actor's own task, as a crash in receive is; messages
                 # sent meanwhile wait in the mailbox until it has run.
                 crashed = (message, error)
+            raise
+        finally:
+            if crashed is not None or self._mailbox or self._state != _RUNNING:
                 self._task = asyncio.create_task(
                     self._run(starting=False, crashed=crashed), name=self.name
                 )
-            raise
+            else:
+                self._mailbox = None
+
+    def _told_at_once(self, message: object) -> bool:
+        """Whether a told `message` was handled at once (a refusal logged, a crash being
+        recovered on the actor's task, as from the mailbox); False: it is for `receive`."""
+        try:
+            return self._answer_idle(message) is not LATER
+        except Exception as error:
+            if isinstance(error, self.refusals):
+                self._log_refused_tell(message, error)
+            return True
 
     # --- the actor's one task ------------------------------------------------------------
 
@@ -196,9 +241,11 @@ class Actor:
         if self._state != _RUNNING:
             raise self._not_accepting()
         mailbox = self._mailbox
-        if mailbox is None:
-            mailbox = self._mailbox = deque()
-        mailbox.append((message, reply))
+        if mailbox is not None:
+            # Busy; with no task, answering at once (`_answer_idle` makes the task after).
+            mailbox.append((message, reply))
+            return
+        self._mailbox = deque(((message, reply),))
         if self._task is None:
             self._task = asyncio.create_task(self._run(starting=False), name=self.name)
 
@@ -249,12 +296,7 @@ class Actor:
                     reply.set_exception(error)
                 if isinstance(error, self.refusals):
                     if reply is None:
-                        log.warning(
-                            "actor refused a message",
-                            actor=self.name,
-                            message_type=type(message).__name__,
-                            error=str(error),
-                        )
+                        self._log_refused_tell(message, error)
                 else:
                     failure = await self._recover(message, error)
                     if failure is not None:
@@ -266,6 +308,14 @@ class Actor:
             if handled % _FAIRNESS_BATCH == 0:
                 await asyncio.sleep(0)
         return None
+
+    def _log_refused_tell(self, message: object, error: Exception) -> None:
+        log.warning(
+            "actor refused a message",
+            actor=self.name,
+            message_type=type(message).__name__,
+            error=str(error),
+        )
 
     async def _recover(self, message: object, error: Exception) -> tuple[Exception, str] | None:
         policy = self._owner().restart_policy
@@ -306,8 +356,10 @@ class Actor:
         if self._state == _STOPPING:
             return dropped
         self._state = _STOPPING
-        if self._task is not None:
-            return dropped  # the running task finishes the stop once the mailbox is empty
+        if self._task is not None or self._mailbox is not None:
+            # The running task (or the one made after an answer at once) finishes the
+            # stop once the mailbox is empty.
+            return dropped
         if type(self).on_stop is Actor.on_stop:
             self._mark_stopped()  # nothing to await: no task for an idle actor
         else:

@@ -35,9 +35,19 @@ class Scheduler(Actor):
     def answer_at_once(self, message: object) -> object:
         # A new job's placement needs no await: answered in the submission's own task
         # while no message waits here (issue 14: a task and two loop turns per submit).
+        # Nor does a worker's change (told once a cycle, as it becomes free) while no job
+        # waits, or a job's leaving the queue: neither schedules a pass. A change that may
+        # (a job waits) goes through the mailbox, so the pass it schedules still follows
+        # every change told in the same burst (coalesced, as the best fit needs).
         match message:
             case m.PlaceNewJob(job=job):
                 return self.place_new(job)
+            case m.WorkerChanged() if not self.pending:
+                self._on_worker_changed(message)
+                return None
+            case m.JobGone(job_id=job_id):
+                self._unwait(job_id)
+                return None
         return LATER
 
     async def receive(self, message: object) -> object:

@@ -101,7 +101,10 @@ class WorkerActor(WorkerFsmMixin, Actor):
     def answer_at_once(self, message: object) -> object:
         # A heartbeat, a placed job's reservation and its push need no await (issue 14:
         # the ask's task and loop turns were a tenth of a heartbeat's CPU, and two of a
-        # dispatch's turns); the id reservation receive may make first needs one.
+        # dispatch's turns); the id reservation receive may make first needs one. Nor do
+        # a job cycle's three tells, but for an ephemeral worker's release (it may ask
+        # the scheduler whether to retire): a task each for the idle worker was a tenth
+        # of the actors' CPU per cycle.
         if self.outbox.last_event_id + EVENT_IDS_PER_MESSAGE > self.event_ids_reserved:
             return LATER
         match message:
@@ -111,6 +114,17 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 return self.on_reserve(job_id)
             case m.PushJob():
                 self.on_push_job(message)
+                return None
+            case m.JobAcknowledged(job_id=job_id):
+                self.outbox.acknowledge_job(job_id, "job_submit")
+                return None
+            case m.JobReleased() if message.hold_until_report_written or not self._may_retire:
+                if self._release(message):
+                    self._announce()  # what _after_release does for a worker that stays
+                return None
+            case m.ReportWritten(job_id=job_id) if not self._may_retire:
+                if self._end_report_hold(job_id):
+                    self._announce()
                 return None
         return LATER
 
@@ -394,8 +408,13 @@ class WorkerActor(WorkerFsmMixin, Actor):
         # reserved before this message.
 
     async def on_job_released(self, msg: m.JobReleased) -> None:
+        if self._release(msg):
+            await self._after_release()
+
+    def _release(self, msg: m.JobReleased) -> bool:
+        """The release without `_after_release`; True when that must follow."""
         if self.current_job_id != msg.job_id:
-            return
+            return False
         self.current_job_id = None
         self.outbox.acknowledge_job(msg.job_id)
         if self.state in (WorkerState.BUSY, WorkerState.DRAINING):
@@ -413,23 +432,33 @@ class WorkerActor(WorkerFsmMixin, Actor):
             self.push(ShutdownEvent(reason="worker drained after its job"))
         if msg.hold_until_report_written:
             self._show()
-        else:
-            await self._after_release()
+            return False
+        return True
 
     async def on_report_written(self, job_id: str) -> None:
+        if self._end_report_hold(job_id):
+            await self._after_release()
+
+    def _end_report_hold(self, job_id: str) -> bool:
+        """True when the hold for `job_id` ended here and `_after_release` must follow."""
         if self.report_hold != job_id:
-            return
+            return False
         self.report_hold = None
         self._cancel_report_hold_timer()
-        await self._after_release()
+        return True
 
     def _cancel_report_hold_timer(self) -> None:
         if self.report_hold_timer is not None:
             self.report_hold_timer.cancel()
             self.report_hold_timer = None
 
+    @property
+    def _may_retire(self) -> bool:
+        """Whether `_after_release` may await (an ephemeral worker asks the scheduler)."""
+        return self.rec.worker_type == "ephemeral"
+
     async def _after_release(self) -> None:
-        if self.rec.worker_type == "ephemeral" and self.state == WorkerState.IDLE:
+        if self._may_retire and self.state == WorkerState.IDLE:
             self.retiring = True
             has_work = await self.ctx.scheduler.ask(m.HasWorkFor(self.view()))
             if not has_work:
