@@ -937,3 +937,19 @@ async def test_a_job_actor_without_answers_at_once_is_told_through_its_mailbox()
     assert actor.mailbox_size == 1 and actor._task is not None
     await settle()
     assert actor.handled == [Note(8)]
+
+
+@pytest.mark.parametrize("message", [{"kind": "note"}, "note", Note, Mutable()])
+async def test_a_bad_message_told_to_an_idle_actor_answering_at_once_is_still_a_bug(
+    message: object,
+) -> None:
+    system, _ = make_system()
+    actor = system.spawn(Eager())
+    await settle()  # idle: a tell would be offered to answer_at_once
+    with pytest.raises(TypeError):
+        actor.tell(message)
+    with pytest.raises(TypeError):
+        actor.try_tell(message)
+    with pytest.raises(TypeError):
+        await actor.ask(message)
+    assert actor.at_once == [] and actor._task is None and actor._mailbox is None

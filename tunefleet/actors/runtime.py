@@ -225,7 +225,10 @@ class Actor:
 
     def _told_at_once(self, message: object) -> bool:
         """Whether a told `message` was handled at once (a refusal logged, a crash being
-        recovered on the actor's task, as from the mailbox); False: it is for `receive`."""
+        recovered on the actor's task, as from the mailbox); False: it is for `receive`.
+        A message that is no message is the teller's bug: its TypeError is raised."""
+        if type(message) not in _MESSAGE_TYPES:
+            check_message(message)
         try:
             return self._answer_idle(message) is not LATER
         except Exception as error:
