@@ -238,12 +238,21 @@ class MinimalServer(Orchestrator):
     """bench/minimal_server.py, the yardstick, run as a process like the orchestrator
     (SQLite only: ``database_url`` is ignored)."""
 
+    records = "minimal"  # its --records: what it stores per change of a job
+
     def command(self) -> list[str]:
         # Run as a file, so it starts from any working directory (it imports no bench code).
         script = Path(__file__).resolve().parent / "minimal_server.py"
         db = self.data_dir / "minimal.db"
         return [sys.executable, str(script), "--port", str(self.port), "--db", str(db),
-                "--admin-token", ADMIN_TOKEN]  # fmt: skip
+                "--admin-token", ADMIN_TOKEN, "--records", self.records]  # fmt: skip
+
+
+class MinimalServerWithRows(MinimalServer):
+    """The yardstick storing the rows tunefleet stores per job cycle (``--records
+    tunefleet``): what those rows cost on the minimal server's own stack."""
+
+    records = "tunefleet"
 
 
 def postgres_available() -> bool:
