@@ -13,7 +13,13 @@ rate: minimal / tunefleet), against the target of 1.5x:
 - server CPU per heartbeat at 2,500 heartbeats/s sent singly, open loop, from 1,000
   registered workers (as bench/heartbeat_ingestion.py).
 
-Each scenario runs on a fresh server of each kind, one after the other, so both see
+A third server, for dispatch and job cycles: the minimal server storing the rows
+tunefleet stores per job (``--records tunefleet``: job, attempt, upload credential,
+timeline, hash-chained audit and its file lines, in tunefleet's transactions and tables).
+Its two rows per figure (its value, and tunefleet's cost against it) say how much of the
+gap to the minimal server those rows explain. Heartbeats write nothing new: not run.
+
+Each scenario runs on a fresh server of each kind, one after the other, so they see
 about the same load on a shared machine; every row's note carries that load.
 ``TUNEFLEET_BENCH_QUICK=1``: 100 idle workers, 30 dispatches, 3-second runs.
 """
@@ -29,9 +35,15 @@ from typing import Any
 
 from bench import Row, row
 from bench.fleet_common import Session, cpu_note, machine_note, pick, save_raw, session, summary
-from bench.orchestrator_proc import MinimalServer, Orchestrator
+from bench.orchestrator_proc import MinimalServer, MinimalServerWithRows, Orchestrator
 
-SERVERS: dict[str, type[Orchestrator]] = {"tunefleet": Orchestrator, "minimal": MinimalServer}
+ROWS = "minimal + rows"  # the minimal server storing tunefleet's rows
+SERVERS: dict[str, type[Orchestrator]] = {
+    "tunefleet": Orchestrator,
+    "minimal": MinimalServer,
+    ROWS: MinimalServerWithRows,
+}
+ALL = tuple(SERVERS)
 DISPATCH_WORKERS: int = pick(500, 100)
 DISPATCH_SAMPLES: int = pick(200, 30)
 CYCLE_WORKERS = 50
@@ -58,13 +70,14 @@ class Measured:
 
 
 def run() -> list[Row]:
-    scenarios: list[tuple[list[Figure], Callable[[Session], Measured]]] = [
+    scenarios: list[tuple[list[Figure], Callable[[Session], Measured], tuple[str, ...]]] = [
         (
             [
                 Figure(f"dispatch p50 @{DISPATCH_WORKERS} idle", "ms"),
                 Figure(f"dispatch p99 @{DISPATCH_WORKERS} idle", "ms"),
             ],
             _dispatch,
+            ALL,
         ),
         (
             [
@@ -72,25 +85,37 @@ def run() -> list[Row]:
                 Figure("server CPU per job cycle", "ms"),
             ],
             _cycles,
+            ALL,
         ),
-        ([Figure(f"server CPU per heartbeat @{HEARTBEAT_RATE:,.0f}/s", "us")], _heartbeats),
+        (
+            [Figure(f"server CPU per heartbeat @{HEARTBEAT_RATE:,.0f}/s", "us")],
+            _heartbeats,
+            ("tunefleet", "minimal"),  # a heartbeat stores nothing of tunefleet's rows
+        ),
     ]
     rows: list[Row] = []
     raw: dict[str, Any] = {}
-    lines: list[tuple[str, str, str, str]] = []
-    for figures, measure in scenarios:
+    lines: list[tuple[str, ...]] = []
+    for figures, measure, kinds in scenarios:
         measured: dict[str, Measured] = {}
-        for kind, server_class in SERVERS.items():
-            with session("sqlite", f"yardstick-{kind}", server_class=server_class) as s:
+        for kind in kinds:
+            server_class = SERVERS[kind]
+            name = f"yardstick-{kind.replace(' + ', '-')}"
+            with session("sqlite", name, server_class=server_class) as s:
                 measured[kind] = measure(s)
-                if server_class is MinimalServer:
+                if issubclass(server_class, MinimalServer):
                     measured[kind].note += _group_commit_note(s.server.port)
             raw[f"{measure.__name__[1:]} {kind}"] = measured[kind].raw
         for figure in figures:
             rows += _figure_rows(figure, measured)
-            tf, mini = (measured[k].values[figure.name] for k in SERVERS)
+            tf, mini = (measured[k].values[figure.name] for k in ("tunefleet", "minimal"))
             ratio = _ratio(figure, tf, mini)
-            lines.append((figure.name, f"{tf:.3g} {figure.unit}", f"{mini:.3g}", f"{ratio:.2f}x"))
+            line = [figure.name, f"{tf:.3g} {figure.unit}", f"{mini:.3g}", f"{ratio:.2f}x"]
+            with_rows = measured.get(ROWS)
+            if with_rows is not None:
+                value = with_rows.values[figure.name]
+                line += [f"{value:.3g}", f"{_ratio(figure, tf, value):.2f}x"]
+            lines.append(tuple(line))
     save_raw("yardstick", raw)
     _print_side_by_side(lines)
     return rows
@@ -106,11 +131,22 @@ def _figure_rows(figure: Figure, measured: dict[str, Measured]) -> list[Row]:
     tf, mini = measured["tunefleet"], measured["minimal"]
     a, b = tf.values[figure.name], mini.values[figure.name]
     how = "minimal / tunefleet" if figure.higher_is_better else "tunefleet / minimal"
-    return [
+    rows = [
         row(f"{figure.name}: tunefleet", round(a, 3), figure.unit, None, tf.note),
         row(f"{figure.name}: minimal", round(b, 3), figure.unit, None, mini.note),
         row(f"{figure.name}: ratio", round(_ratio(figure, a, b), 2), "x", TARGET, how),
     ]
+    with_rows = measured.get(ROWS)
+    if with_rows is not None:
+        c = with_rows.values[figure.name]
+        how = how.replace("minimal", "minimal + rows")
+        rows += [
+            row(f"{figure.name}: minimal + tunefleet's rows", round(c, 3), figure.unit, None,
+                with_rows.note),
+            row(f"{figure.name}: ratio to minimal + rows", round(_ratio(figure, a, c), 2), "x",
+                None, how),
+        ]  # fmt: skip
+    return rows
 
 
 def _group_commit_note(port: int) -> str:
@@ -120,10 +156,11 @@ def _group_commit_note(port: int) -> str:
     return f"; {ready['writes']:,} writes in {ready['commits']:,} commits (the session)"
 
 
-def _print_side_by_side(lines: list[tuple[str, str, str, str]]) -> None:
-    header = ("figure (SQLite)", "tunefleet", "minimal", "ratio")
-    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(4)]
-    for line in [header, *lines]:
+def _print_side_by_side(lines: list[tuple[str, ...]]) -> None:
+    header = ("figure (SQLite)", "tunefleet", "minimal", "ratio", "minimal + rows", "ratio")
+    table = [header, *(line + ("-", "-")[: len(header) - len(line)] for line in lines)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
         print("  ".join(f"{cell:<{widths[i]}}" for i, cell in enumerate(line)).rstrip())
 
 
