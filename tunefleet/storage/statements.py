@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, NoReturn
 
 import peewee as pw
 
@@ -165,8 +165,7 @@ def update_where(
     in_name, in_values = one_of if one_of is not None else ("", ())
     if one_of is not None and not in_values:
         raise ValueError(f"{in_name} must be one of at least one value")
-    key: tuple[Any, ...] = ("update", model, type(db), tuple(changes), tuple(equal))
-    key += (in_name, len(in_values), *null)
+    key = ("update", model, type(db), tuple(changes), tuple(equal), in_name, len(in_values), *null)
     plan = _UPDATES.get(key)
     if plan is None:
         sql = _update_sql(db, model, changes, equal, in_name, len(in_values), null)
@@ -249,26 +248,38 @@ def execute(db: pw.Database, sql: str, params: Sequence[Any] = ()) -> Any:
     cursor. What peewee's execute_sql does, but its per-statement debug logging and
     query-hook checks (tunefleet uses neither): a job cycle runs some thirty statements.
     Errors come out as peewee's (IntegrityError...), which the callers catch."""
-    with _AS_PEEWEE_ERRORS:
+    try:
         cursor = db.connection().cursor()
         cursor.execute(sql, params)
+    except Exception:
+        _as_peewee_error()
     return cursor
 
 
 def execute_planned(db: pw.Database, sql: str, params: Sequence[Any]) -> Any:
     """``execute`` for the SQL texts built once here: on PostgreSQL prepared once per
     connection and run by name (DeferringConnection.execute_prepared)."""
-    with _AS_PEEWEE_ERRORS:
+    try:
         conn = db.connection()
         cursor = conn.cursor()
         if isinstance(conn, DeferringConnection):
             conn.execute_prepared(cursor, sql, params)
         else:
             cursor.execute(sql, params)
+    except Exception:
+        _as_peewee_error()
     return cursor
 
 
 _AS_PEEWEE_ERRORS = pw.__exception_wrapper__  # type: ignore[attr-defined]  # not in the stubs
+
+
+def _as_peewee_error() -> NoReturn:
+    """Raise the error being handled as peewee's wrapper does (IntegrityError...): only
+    when there is one, since entering and leaving the wrapper on every statement costs
+    two Python calls."""
+    with _AS_PEEWEE_ERRORS:
+        raise  # re-raised inside the wrapper, which converts it
 
 
 def _database() -> pw.Database:

@@ -44,13 +44,20 @@ def checked_fields(
     the forbidden ones (ids, `state`) have their own operation (create, CAS).
     """
     names = fields.keys()
-    unknown = names - model._meta.fields.keys()
-    if unknown:
+    # A subset test against the model's names, kept per model: no set built per call.
+    known = _FIELD_NAMES.get(model)
+    if known is None:
+        known = _FIELD_NAMES[model] = frozenset(model._meta.fields)
+    if not names <= known:
+        unknown = names - known
         raise TypeError(f"{model.__name__} has no field(s) {', '.join(sorted(unknown))}")
     if not names.isdisjoint(forbidden):
         blocked = sorted(name for name in names if name in forbidden)
         raise TypeError(f"{model.__name__} field(s) {', '.join(blocked)} cannot be set here")
     return dict(fields)
+
+
+_FIELD_NAMES: dict[type[pw.Model], frozenset[str]] = {}
 
 
 def page(limit: int, offset: int) -> tuple[int, int]:
