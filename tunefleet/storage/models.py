@@ -21,6 +21,8 @@ from tunefleet.fsm.job import JobState
 
 def canonical_json(value: object) -> str:
     """One spelling per value (sorted keys, no spaces), so stored text and hashes are stable."""
+    if not value and value.__class__ in _EMPTY:  # most timeline details and job envs
+        return _EMPTY[value.__class__]
     if c_make_encoder is None:  # a Python without the json accelerator
         return _CANONICAL.encode(value)
     # What _CANONICAL.encode runs, without its per-call Python set-up (a closure, option
@@ -33,6 +35,7 @@ def canonical_json(value: object) -> str:
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+_EMPTY = {dict: "{}", list: "[]"}
 _DEFAULT = _CANONICAL.default  # refuses what JSON cannot hold, as json.dumps does
 
 
