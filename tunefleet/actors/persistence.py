@@ -170,7 +170,9 @@ class Persistence:
 
         def write(repos: Repos) -> tuple[T, list[Any]]:
             value = fn(repos)
-            return value, [repos.audit.append(**event.row()) for event in events]
+            return value, [
+                repos.audit.add(event.kind, at=event.at, **event.fields) for event in events
+            ]
 
         def lines(written: tuple[T, list[Any]]) -> None:
             audit.stage_committed(zip(events, written[1], strict=True))

@@ -32,6 +32,7 @@ from tunefleet.storage.store_artifacts import (
 )
 from tunefleet.storage.store_audit import (
     GENESIS_HASH,
+    AuditLink,
     AuditRepo,
     ChainCheck,
     chained_values,
@@ -67,6 +68,28 @@ class MemoryAuditRepo(AuditRepo):
         event = hashed_fields(when, kind, actor, client_address, target, outcome, detail)
         values = chained_values(prev_hash, event)
         return fresh(self._t.insert("audit_events", AuditEventRow, AuditEvent, values))
+
+    def add(
+        self,
+        kind: str,
+        *,
+        actor: str | None = None,
+        client_address: str | None = None,
+        target: str | None = None,
+        outcome: str = "ok",
+        detail: dict[str, Any] | None = None,
+        at: float | None = None,
+    ) -> AuditLink:
+        row = self.append(
+            kind,
+            actor=actor,
+            client_address=client_address,
+            target=target,
+            outcome=outcome,
+            detail=detail,
+            at=at,
+        )
+        return AuditLink(row.id, row.hash)
 
     def find(
         self,

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from json.encoder import encode_basestring
+from typing import Any, NamedTuple
 
 from tunefleet.storage.models import AuditEvent, canonical_json
 from tunefleet.storage.rows import AuditEventRow, rows_of
@@ -75,10 +77,57 @@ def _read_back(detail: dict[str, Any], text: str) -> dict[str, Any]:
     """What a read of `detail` stored as `text` gives back. Audit detail is nearly always
     flat (ids, reasons, counts), which JSON returns as it was, its keys sorted: copied in
     that order, not parsed again."""
+    if _is_flat(detail):
+        return dict(sorted(detail.items()))
+    return dict(json.loads(text))
+
+
+def _is_flat(detail: dict[str, Any]) -> bool:
+    """String keys and scalar values only: read back as it went in, and its canonical
+    text is that of its read-back copy."""
     for key, value in detail.items():
         if key.__class__ is not str or value.__class__ not in _JSON_SCALARS:
-            return dict(json.loads(text))
-    return dict(sorted(detail.items()))
+            return False
+    return True
+
+
+def _flat_event_hash(
+    prev_hash: str,
+    at: float,
+    kind: str,
+    actor: str | None,
+    client_address: str | None,
+    target: str | None,
+    outcome: str,
+    detail_text: str,
+) -> str | None:
+    """event_hash of an event whose detail is flat (its canonical text `detail_text`) and
+    whose other fields are plain strings or None and a finite float: the same canonical
+    JSON, spelled field by field (its keys are fixed and sorted), not encoded whole again
+    with the detail inside. None for any other event: the caller encodes it whole."""
+    texts = []
+    for value in (actor, client_address, kind, outcome, target):
+        if value is None:
+            texts.append("null")
+        elif value.__class__ is str:
+            texts.append(encode_basestring(value))
+        else:
+            return None
+    if at.__class__ is not float or not math.isfinite(at):
+        return None
+    actor_, client_, kind_, outcome_, target_ = texts
+    text = (
+        f'{{"actor":{actor_},"at":{float.__repr__(at)},"client_address":{client_},'
+        f'"detail":{detail_text},"kind":{kind_},"outcome":{outcome_},"target":{target_}}}'
+    )
+    return hashlib.sha256((prev_hash + text).encode()).hexdigest()
+
+
+class AuditLink(NamedTuple):
+    """A stored event's id and hash: what its line in the audit file names."""
+
+    id: int
+    hash: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,18 +175,90 @@ class AuditRepo:
         detail: dict[str, Any] | None = None,
         at: float | None = None,
     ) -> AuditEventRow:
+        stored, read_back = self._insert(
+            kind, actor, client_address, target, outcome, detail, at, read_back=True
+        )
+        return AuditEventRow(
+            stored["id"],
+            stored["at"],
+            stored["kind"],
+            stored["actor"],
+            stored["client_address"],
+            stored["target"],
+            stored["outcome"],
+            read_back,
+            stored["prev_hash"],
+            stored["hash"],
+        )
+
+    def add(
+        self,
+        kind: str,
+        *,
+        actor: str | None = None,
+        client_address: str | None = None,
+        target: str | None = None,
+        outcome: str = "ok",
+        detail: dict[str, Any] | None = None,
+        at: float | None = None,
+    ) -> AuditLink:
+        """`append` for a caller that needs only the new event's id and hash (its audit
+        file line): the same row stored, no row built back."""
+        stored, _ = self._insert(
+            kind, actor, client_address, target, outcome, detail, at, read_back=False
+        )
+        return AuditLink(stored["id"], stored["hash"])
+
+    def _insert(
+        self,
+        kind: str,
+        actor: str | None,
+        client_address: str | None,
+        target: str | None,
+        outcome: str,
+        detail: dict[str, Any] | None,
+        at: float | None,
+        *,
+        read_back: bool,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The stored columns, and (when ``read_back`` or the hash needs it) the detail as a
+        read gives it back; {} otherwise."""
         when = self._now() if at is None else at
         prev_hash = self._chain_head
         if prev_hash is None:
             last = AuditEvent.select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)
             prev_hash = last.scalar() or GENESIS_HASH
-        event = hashed_fields(when, kind, actor, client_address, target, outcome, detail)
-        values, text = _chained(prev_hash, event)
+        at_ = float(when)
+        given = detail or {}
+        text = canonical_json(given)
+        flat = _is_flat(given)
+        digest = None
+        if flat:
+            digest = _flat_event_hash(
+                prev_hash, at_, kind, actor, client_address, target, outcome, text
+            )
+        back: dict[str, Any] = {}
+        if read_back or digest is None:
+            back = dict(sorted(given.items())) if flat else dict(json.loads(text))
+        if digest is None:
+            fields = hashed_fields(at_, kind, actor, client_address, target, outcome, back)
+            digest = event_hash(prev_hash, fields)
         # The detail goes in as the text just hashed, and comes back as the dict that text
         # reads as: neither encoded nor parsed again.
-        stored = insert_row(AuditEvent, {**values, "detail": text}, encoded=_DETAIL)
-        self._chain_head = values["hash"]
-        return AuditEventRow(**{**stored, "detail": values["detail"]})
+        values = {
+            "at": at_,
+            "kind": kind,
+            "actor": actor,
+            "client_address": client_address,
+            "target": target,
+            "outcome": outcome,
+            "detail": text,
+            "prev_hash": prev_hash,
+            "hash": digest,
+        }
+        stored = insert_row(AuditEvent, values, encoded=_DETAIL)
+        self._chain_head = digest
+        return stored, back
 
     def find(
         self,
