@@ -13,17 +13,19 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+import peewee as pw
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storage_testkit import DbTarget
 
+from tunefleet.audit import AuditKind
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.migrations import migrate
 from tunefleet.storage.models import Job, database_proxy
-from tunefleet.storage.statements import insert_row, update_where
+from tunefleet.storage.statements import execute, insert_row, update_where
 from tunefleet.storage.store import Repos, Store
-from tunefleet.storage.store_audit import AuditRepo
+from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo, chained_values, hashed_fields
 from tunefleet.storage.store_jobs import JobRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, WorkerRepo
 
@@ -144,6 +146,52 @@ def test_an_audit_event_is_the_event_read_back(repos: Repos, **fields: Any) -> N
 
 
 @_SETTINGS
+@given(
+    kind=st.text(_CHARS, max_size=64),
+    actor=st.none() | _TEXT,
+    client_address=st.none() | _TEXT,
+    target=st.none() | _TEXT,
+    outcome=st.text(_CHARS, max_size=16),
+    detail=st.none() | _JSON_DICT | st.dictionaries(_TEXT, _TEXT | _FLOAT | _INT32, max_size=4),
+    at=_TIME,
+)
+def test_an_added_audit_event_is_the_appended_one_and_its_hash_the_chains(
+    repos: Repos, **fields: Any
+) -> None:
+    """add stores what append would, and a flat event's hash, spelled field by field, is
+    the one the chain's own canonical encoding gives (what verification recomputes)."""
+    prev_hash = repos.audit.find(limit=1)[0].hash if repos.audit.find(limit=1) else GENESIS_HASH
+    link = repos.audit.add(**fields)
+    (row,) = repos.audit.find(limit=1)
+    assert (row.id, row.hash, row.prev_hash) == (link.id, link.hash, prev_hash)
+    event = hashed_fields(
+        fields["at"],
+        fields["kind"],
+        fields["actor"],
+        fields["client_address"],
+        fields["target"],
+        fields["outcome"],
+        fields["detail"],
+    )
+    assert chained_values(prev_hash, event)["hash"] == link.hash
+    assert repos.audit.check_chain(row.id - 1, prev_hash, 1).first_bad_id is None
+
+
+def test_an_event_that_is_not_flat_or_plain_text_is_hashed_whole(repos: Repos) -> None:
+    """Nested detail, a kind that is a str subclass, an actor that is no str: the hash of
+    the whole canonical encoding, as before the field-by-field spelling."""
+    for kind, actor, detail in [
+        ("job.status", "w_1", {"b": {"z": 1, "a": [1.5, None]}, "a": (1, 2)}),
+        (AuditKind.JOB_STATUS, "w_1", {"x": 1}),
+        ("job.status", 7, {3: "integer key", 10: "ten"}),
+    ]:
+        prev_hash = repos.audit.find(limit=1)[0].hash if repos.audit.find(limit=1) else GENESIS_HASH
+        link = repos.audit.add(kind, actor=actor, detail=detail, at=5)
+        event = hashed_fields(5, kind, actor, None, None, "ok", detail)
+        assert chained_values(prev_hash, event)["hash"] == link.hash
+
+
+@_SETTINGS
 @given(labels=st.dictionaries(_TEXT, _TEXT, max_size=3), gpu_vram_gb=st.none() | _FLOAT)
 def test_a_created_worker_and_token_are_what_is_read_back(repos: Repos, **fields: Any) -> None:
     n = next(_ids)
@@ -204,3 +252,33 @@ def test_a_compare_and_set_needs_a_value_to_compare_with(repos: Repos) -> None:
 async def test_statements_run_only_on_the_database_thread() -> None:
     with pytest.raises(AttributeError, match="only run on the database thread"):
         insert_row(Job, {"id": "j_loop", "seq": 1, "submitted_at": 0.0, "updated_at": 0.0})
+
+
+def test_a_statement_error_comes_out_as_peeweees_with_the_drivers_as_its_cause(
+    repos: Repos,
+) -> None:
+    """Errors are converted only when one happens (no wrapper entered per statement):
+    the same peewee classes as before, the driver's error as their context, and an
+    error that is not the driver's goes out unchanged."""
+    database = database_proxy.obj
+    assert database is not None
+    repos.jobs.create("j_err", config={})
+    values = {"id": "j_err", "seq": 999, "submitted_at": 0.0, "updated_at": 0.0}
+    with pytest.raises(pw.IntegrityError) as duplicate, database.atomic():
+        insert_row(Job, values)
+    assert type(duplicate.value.__context__).__name__ in {"IntegrityError", "UniqueViolation"}
+    with pytest.raises(pw.DatabaseError) as unknown, database.atomic():
+        execute(database, "SELECT no_such_column FROM job")
+    assert unknown.value.__context__ is not None
+    with pytest.raises(ZeroDivisionError), database.atomic():
+        execute(database, f"SELECT {database.param}", _Unreadable())
+
+
+class _Unreadable(tuple[Any, ...]):
+    """Parameters the driver cannot read: an error that is not the driver's own."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: Any) -> Any:
+        raise ZeroDivisionError("not the driver's error")
