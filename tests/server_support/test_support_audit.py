@@ -456,3 +456,18 @@ async def test_a_line_committed_after_close_is_written_and_the_file_closed(
     audit.write_staged()
     assert [line["id"] for line in lines(tmp_path / "audit.jsonl")] == [1]
     assert audit._file is None
+
+
+def test_a_line_is_what_json_dumps_makes_and_a_circular_detail_is_refused() -> None:
+    """The line is encoded by the C encoder directly: the same text as json.dumps with the
+    line's options (NaN allowed, other values as text), and a circular value refused
+    each time, not only the first (a new markers dict per line)."""
+    detail: dict[Any, Any] = {"n": float("nan"), "p": Path("/x"), "é": [1, (2, 3)], 3: None}
+    fields = {"timestamp": "t", "at": 1.5, "kind": "job.status", "detail": detail, "id": 1}
+    assert audit_module._encode_line(fields) == json.dumps(fields, default=str, ensure_ascii=False)
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    for _ in range(2):
+        with pytest.raises(ValueError, match="Circular reference"):
+            audit_module._encode_line({"detail": loop})
+    assert audit_module._encode_line(fields) == json.dumps(fields, default=str, ensure_ascii=False)

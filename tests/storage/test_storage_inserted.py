@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,7 @@ from storage_testkit import DbTarget
 from tunefleet.audit import AuditKind
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.migrations import migrate
-from tunefleet.storage.models import Job, database_proxy
+from tunefleet.storage.models import Job, canonical_json, database_proxy
 from tunefleet.storage.statements import execute, insert_row, update_where
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo, chained_values, hashed_fields
@@ -282,3 +283,10 @@ class _Unreadable(tuple[Any, ...]):
 
     def __getitem__(self, index: Any) -> Any:
         raise ZeroDivisionError("not the driver's error")
+
+
+def test_an_empty_dict_or_list_is_stored_as_the_encoder_spells_it() -> None:
+    for value in ({}, [], (), {"a": {}}, [[]]):
+        assert canonical_json(value) == json.dumps(value, sort_keys=True, separators=(",", ":"))
+    with pytest.raises(TypeError):
+        canonical_json(set())
