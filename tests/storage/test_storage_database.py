@@ -253,7 +253,7 @@ async def test_sqlite_pragmas(tmp_path: Path) -> None:
 
     def pragmas() -> dict[str, object]:
         names = ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
-        names += ("wal_autocheckpoint",)
+        names += ("wal_autocheckpoint", "temp_store")
         return {name: database_proxy.pragma(name) for name in names}
 
     try:
@@ -265,6 +265,7 @@ async def test_sqlite_pragmas(tmp_path: Path) -> None:
             "busy_timeout": 5000,
             "synchronous": 2,  # FULL
             "wal_autocheckpoint": 4000,  # the bound: the thread checkpoints when idle
+            "temp_store": 2,  # MEMORY: a write's undo pages never spill to a file
         }
     finally:
         await db.close()

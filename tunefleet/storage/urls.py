@@ -120,6 +120,12 @@ def build_peewee_database(config: DatabaseConfig) -> pw.Database:
     write survives power loss, a WAL checkpointed by the commit itself only past
     WAL_AUTOCHECKPOINT_PAGES. Write transactions BEGIN IMMEDIATE so a writer takes the
     lock up front instead of failing when it upgrades from reading.
+
+    temp_store=MEMORY: the statement journal (the pages a write's savepoint or a statement
+    may have to undo) stays in memory. At the default it spills to a temporary file once
+    past 64 KiB, which one job write (5 to 25 pages) can reach, and the rest of that
+    transaction then writes every undo page to that file. It is never durable data; its
+    size is what one write or statement changes, which tunefleet keeps small.
     """
     if config.backend == "sqlite":
         path = config.sqlite_path or ":memory:"
@@ -133,6 +139,7 @@ def build_peewee_database(config: DatabaseConfig) -> pw.Database:
                 ("busy_timeout", SQLITE_BUSY_TIMEOUT_MS),
                 ("synchronous", "FULL"),
                 ("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES),
+                ("temp_store", "memory"),
             ],
             timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
             thread_safe=False,
