@@ -58,15 +58,13 @@ def chained_values(prev_hash: str, event: dict[str, Any]) -> dict[str, Any]:
     Normalised first, so the hash covers exactly what a later read gives back: a float
     `at` (an int would come back as float) and JSON-shaped detail.
     """
-    return _chained(prev_hash, event)[0]
-
-
-def _chained(prev_hash: str, event: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """chained_values, and the detail's JSON text as stored."""
     detail = event["detail"] or {}
-    text = canonical_json(detail)
-    fields = {**event, "at": float(event["at"]), "detail": _read_back(detail, text)}
-    return {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}, text
+    fields = {
+        **event,
+        "at": float(event["at"]),
+        "detail": _read_back(detail, canonical_json(detail)),
+    }
+    return {**fields, "prev_hash": prev_hash, "hash": event_hash(prev_hash, fields)}
 
 
 # Values JSON gives back as they went in (same class, same value).
@@ -231,15 +229,14 @@ class AuditRepo:
         at_ = float(when)
         given = detail or {}
         text = canonical_json(given)
-        flat = _is_flat(given)
         digest = None
-        if flat:
+        if _is_flat(given):
             digest = _flat_event_hash(
                 prev_hash, at_, kind, actor, client_address, target, outcome, text
             )
         back: dict[str, Any] = {}
-        if read_back or digest is None:
-            back = dict(sorted(given.items())) if flat else dict(json.loads(text))
+        if read_back or digest is None:  # not on a step's hot path: `add` of a flat event
+            back = _read_back(given, text)
         if digest is None:
             fields = hashed_fields(at_, kind, actor, client_address, target, outcome, back)
             digest = event_hash(prev_hash, fields)
