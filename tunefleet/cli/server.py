@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from tunefleet.commands import BadPattern, parse_patterns
 from tunefleet.http.app import ServerOptions, run_server
+from tunefleet.limits import DEFAULT_MIN_FREE_DISK, BadLimit, FreeDiskFloor, Limits, parse_size
 from tunefleet.storage.leadership import DEFAULT_LEASE_S
 
 DEFAULT_DATA_DIR = Path.home() / ".tunefleet"
@@ -20,6 +22,115 @@ def _checked_patterns(
         return parse_patterns(values)
     except BadPattern as error:
         raise click.BadParameter(str(error)) from error
+
+
+class _Size(click.ParamType):
+    """A byte count: ``4096``, ``256MiB``, ``1GiB``."""
+
+    name = "size"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except BadLimit as error:
+            self.fail(str(error), param, ctx)
+
+
+class _DiskFloor(click.ParamType):
+    name = "floor"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> FreeDiskFloor:
+        if isinstance(value, FreeDiskFloor):
+            return value
+        try:
+            return FreeDiskFloor.parse(str(value))
+        except BadLimit as error:
+            self.fail(str(error), param, ctx)
+
+
+_DEFAULTS = Limits()
+
+
+def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The bounds on what a client can grow (tunefleet/limits.py; docs/operations.md,
+    "Limits and abuse")."""
+    options = [
+        click.option(
+            "--max-log-bytes-per-attempt",
+            type=_Size(),
+            default="256MiB",
+            show_default=True,
+            help="Log bytes stored per attempt; past it lines are dropped and counted.",
+        ),
+        click.option(
+            "--max-body-bytes",
+            type=_Size(),
+            default="1MiB",
+            show_default=True,
+            help="Largest request body (artifact uploads are streamed and not bounded by it).",
+        ),
+        click.option(
+            "--max-progress-keys",
+            type=click.IntRange(1, 100_000),
+            default=_DEFAULTS.max_progress_keys,
+            show_default=True,
+            help="Keys a job's merged progress object may hold; a report past it gets 400.",
+        ),
+        click.option(
+            "--max-progress-bytes",
+            type=_Size(),
+            default="256KiB",
+            show_default=True,
+            help="Size of a job's merged progress object as JSON; a report past it gets 400.",
+        ),
+        click.option(
+            "--auth-failures-per-window",
+            type=click.IntRange(1, 1_000_000),
+            default=_DEFAULTS.auth_failures_per_window,
+            show_default=True,
+            help="Failed authentications one client address may make per window before 429.",
+        ),
+        click.option(
+            "--auth-failure-window",
+            "auth_failure_window_s",
+            type=click.FloatRange(min=1.0),
+            default=_DEFAULTS.auth_failure_window_s,
+            show_default=True,
+            help="Seconds of the failed-authentication window.",
+        ),
+        click.option(
+            "--max-connections-per-address",
+            type=click.IntRange(0, 1_000_000),
+            default=_DEFAULTS.max_connections_per_address,
+            show_default=True,
+            help="Open connections one client address may hold (0: no cap).",
+        ),
+        click.option(
+            "--request-header-timeout",
+            "request_header_timeout_s",
+            type=click.FloatRange(min=0.1),
+            default=_DEFAULTS.request_header_timeout_s,
+            show_default=True,
+            help="Seconds a client has to send a request's headers.",
+        ),
+        click.option(
+            "--min-free-disk",
+            type=_DiskFloor(),
+            default=DEFAULT_MIN_FREE_DISK,
+            show_default=True,
+            help="Free disk kept in reserve (a size, a percentage, or both: the smaller "
+            "wins; 0 for none): below it new logs, artifacts and jobs get 507.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 @click.command("server")
@@ -204,6 +315,7 @@ def _checked_patterns(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
 )
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+@_limit_options
 def server(**kwargs: object) -> None:
     """Start the orchestrator."""
     options = ServerOptions.from_cli(kwargs)

@@ -40,6 +40,7 @@ from tunefleet.http.tls import (
     server_ssl_context,
 )
 from tunefleet.jobconfigs import ConfigCatalog
+from tunefleet.limits import Limits
 from tunefleet.logging import configure_logging
 from tunefleet.metrics import Metrics
 from tunefleet.storage.database import open_database
@@ -89,10 +90,13 @@ class ServerOptions:
     log_format: str = "console"
     verbose: bool = False
     leader_lease: float = DEFAULT_LEASE_S
+    limits: Limits = Limits()
 
     @classmethod
     def from_cli(cls, values: dict[str, Any]) -> ServerOptions:
-        return cls(**values).absolute()
+        values = dict(values)
+        limits = Limits.from_cli(values)
+        return cls(**values, limits=limits).absolute()
 
     def absolute(self) -> ServerOptions:
         """Every path made absolute once, at start: a relative one (``make run``'s
