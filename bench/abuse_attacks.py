@@ -19,6 +19,7 @@ from typing import Any
 
 from bench import Row, row
 from bench.abuse_client import Tally, flood, one_request, open_readers, trickle
+from bench.fleet_common import QUICK
 from bench.loadgen_http import build_request
 from tunefleet.tokens import new_api_token, new_worker_token
 
@@ -80,17 +81,25 @@ class Bounds:
         return self.auth_failures_per_window * windows
 
 
+@dataclass(frozen=True)
+class Settings:
+    """How long and how much each attack sends (`python -m bench.abuse --help`)."""
+
+    seconds: float = 5.0 if QUICK else 15.0
+    connections: int = 1200  # (f) trickling connections
+    only: str = "abcdefg"
+    log_flood_bytes: int = 512 * MiB  # (a) the most it sends
+    progress_reports: int = 400  # (b) the most it sends
+    csv_history_reports: int = 216  # (c) reads the history of this many (issue 23's count)
+
+
 @dataclass
 class Arena:
     """What the attacks are aimed at, made before the measuring starts."""
 
     port: int
     bounds: Bounds
-    seconds: float
-    log_flood_bytes: int  # the most the log flood sends
-    progress_reports: int  # the most reports the progress flood sends
-    csv_history_reports: int  # reports behind the metric history the CSV loop reads
-    connections: int  # trickling connections
+    settings: Settings
     reader_token: str  # an API token with the least permission (audit.read)
     log_job: dict[str, Any]  # job_submit (+ worker_token) of a job its worker runs
     progress_job: dict[str, Any]
@@ -142,8 +151,8 @@ async def log_flood(arena: Arena) -> Outcome:
         if status == "200":
             stored[0] += int(json.loads(body).get("stored", 0))
 
-    batches = max(1, arena.log_flood_bytes // batch_bytes)
-    tally = await flood(arena.port, 2, arena.seconds, batches, batch, counted)
+    batches = max(1, arena.settings.log_flood_bytes // batch_bytes)
+    tally = await flood(arena.port, 2, arena.settings.seconds, batches, batch, counted)
     quota = arena.bounds.log_bytes_per_attempt
     stored_mib = stored[0] * len(LOG_LINE) / MiB
     return Outcome(
@@ -192,7 +201,7 @@ async def progress_flood(arena: Arena) -> Outcome:
     request = arena.reader_get("/api/events")
     readers = await open_readers(arena.port, request, SUBSCRIBERS)
     try:
-        tally = await send_progress(arena, arena.progress_reports, arena.seconds)
+        tally = await send_progress(arena, arena.settings.progress_reports, arena.settings.seconds)
         await asyncio.sleep(0.5)  # what the server already sent reaches the readers
     finally:
         for reader in readers:
@@ -234,7 +243,7 @@ async def progress_flood(arena: Arena) -> Outcome:
 async def seed_metric_history(arena: Arena) -> None:
     """Before (c), unmeasured: the reports (b) did not send topped up to
     ``csv_history_reports`` (issue 23 measured the CSV after 216)."""
-    missing = arena.csv_history_reports - arena.progress_sent
+    missing = arena.settings.csv_history_reports - arena.progress_sent
     if missing > 0:
         await send_progress(arena, missing, seconds=120)
 
@@ -251,7 +260,7 @@ async def metrics_csv_loop(arena: Arena) -> Outcome:
             shape["bytes"] = len(body)
             shape["columns"] = body.split(b"\n", 1)[0].count(b",") + 1 if body else 0
 
-    tally = await flood(arena.port, 2, arena.seconds, 10_000, lambda _: request, measured)
+    tally = await flood(arena.port, 2, arena.settings.seconds, 10_000, lambda _: request, measured)
     keys = arena.bounds.progress_keys
     return Outcome(
         tally,
@@ -262,7 +271,7 @@ async def metrics_csv_loop(arena: Arena) -> Outcome:
                 "columns",
                 f"<= {keys + 3} (--max-progress-keys + 3)",
                 f"one answer {shape['bytes'] / MiB:.1f} MiB; metric history of "
-                f"{arena.progress_sent:,} reports",
+                f"{arena.progress_sent:,} reports sent",
             ),
         ],
     )
@@ -276,7 +285,9 @@ async def api_token_guesses(arena: Arena) -> Outcome:
         headers = {"Authorization": f"Bearer {new_api_token()}"}
         return build_request("GET", "/api/queue/stats", host, None, headers)
 
-    return _guess_outcome(arena, await flood(arena.port, 8, arena.seconds, 1_000_000, guess))
+    return _guess_outcome(
+        arena, await flood(arena.port, 8, arena.settings.seconds, 1_000_000, guess)
+    )
 
 
 async def worker_token_guesses(arena: Arena) -> Outcome:
@@ -288,7 +299,9 @@ async def worker_token_guesses(arena: Arena) -> Outcome:
         headers = {"X-Worker-Token": new_worker_token()}
         return build_request("POST", "/api/workers/heartbeat", host, body, headers)
 
-    return _guess_outcome(arena, await flood(arena.port, 8, arena.seconds, 1_000_000, guess))
+    return _guess_outcome(
+        arena, await flood(arena.port, 8, arena.settings.seconds, 1_000_000, guess)
+    )
 
 
 def _guess_outcome(arena: Arena, tally: Tally) -> Outcome:
@@ -300,7 +313,7 @@ def _guess_outcome(arena: Arena, tally: Tally) -> Outcome:
                 "failed sign-ins answered 401",
                 tally.statuses.get("401", 0),
                 "answers",
-                f"<= {bounds.failures_allowed(arena.seconds)} "
+                f"<= {bounds.failures_allowed(arena.settings.seconds)} "
                 f"({bounds.auth_failures_per_window} per {bounds.auth_failure_window_s:g} s "
                 "window), then 429",
                 "each 401 is an audit row and a JSONL line",
@@ -313,7 +326,7 @@ def _guess_outcome(arena: Arena, tally: Tally) -> Outcome:
 
 async def trickling_connections(arena: Arena) -> Outcome:
     """(f) Connections that send a request's headers one byte a second."""
-    counts = await trickle(arena.port, arena.connections, arena.seconds)
+    counts = await trickle(arena.port, arena.settings.connections, arena.settings.seconds)
     limit = arena.bounds.connections_per_address
     timeout = arena.bounds.request_header_timeout_s
     tally = Tally(requests=counts.opened)
@@ -332,7 +345,7 @@ async def trickling_connections(arena: Arena) -> Outcome:
                 counts.open_near_end,
                 "connections",
                 f"<= {limit} (--max-connections-per-address)",
-                f"{arena.connections:,} slots, each reopened when closed or refused",
+                f"{arena.settings.connections:,} slots, each reopened when closed or refused",
             ),
             row(
                 "longest a trickling connection lived",
