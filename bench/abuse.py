@@ -44,6 +44,7 @@ from bench.abuse_attacks import (
     Outcome,
     Settings,
 )
+from bench.abuse_client import answers
 from bench.abuse_disk import dir_bytes, disk_full
 from bench.fleet_common import cpu_note, machine_note, percentile, save_raw
 from bench.loadgen import LoadGenProcess
@@ -133,8 +134,7 @@ class Phase:
         for kind in ("heartbeat", "get"):
             statuses = self.probe["result"][kind]["statuses"]
             bad += sum(n for status, n in statuses.items() if status != "200")
-            answers = ", ".join(f"{s} x {n}" for s, n in sorted(statuses.items()))
-            parts.append(f"{kind}: {answers}")
+            parts.append(f"{kind}: {answers(statuses)}")
         return bad, "; ".join(parts)
 
 

@@ -21,6 +21,7 @@ from bench import Row, row
 from bench.abuse_client import Tally, flood, one_request, open_readers, trickle
 from bench.fleet_common import QUICK
 from bench.loadgen_http import build_request
+from tunefleet.protocol.endpoints import log_line
 from tunefleet.tokens import new_api_token, new_worker_token
 
 KiB = 1024
@@ -131,6 +132,13 @@ Attack = Callable[[Arena], Coroutine[Any, Any, Outcome]]
 Prepare = Callable[[Arena], Coroutine[Any, Any, None]]
 
 
+def log_batch(attempt: int, first_seq: int, lines: int) -> dict[str, Any]:
+    """A log batch of ``lines`` new lines of LOG_LINE, from ``first_seq`` on."""
+    now = time.time()
+    batch = [log_line(first_seq + n, "stdout", LOG_LINE, now) for n in range(lines)]
+    return {"attempt": attempt, "lines": batch}
+
+
 async def log_flood(arena: Arena) -> Outcome:
     """(a) A worker token posts 4 MB log batches for the job it runs, from two lanes,
     each line new (rising seq), up to ``log_flood_bytes``."""
@@ -140,12 +148,8 @@ async def log_flood(arena: Arena) -> Outcome:
     stored = [0]
 
     def batch(i: int) -> bytes:
-        first = i * LOG_LINES_PER_BATCH
-        lines = [
-            {"seq": first + n, "stream": "stdout", "line": LOG_LINE, "at": time.time()}
-            for n in range(LOG_LINES_PER_BATCH)
-        ]
-        return arena.worker_post(job, path, {"attempt": job["attempt"], "lines": lines})
+        body = log_batch(job["attempt"], i * LOG_LINES_PER_BATCH, LOG_LINES_PER_BATCH)
+        return arena.worker_post(job, path, body)
 
     def counted(status: str, body: bytes) -> None:
         if status == "200":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from bench.loadgen_http import HttpConnection, HttpError, parse_head
@@ -39,8 +39,13 @@ class Tally:
         self.bytes_received += received
 
     def answers(self) -> str:
-        """``200 x 12, 401 x 3`` (most frequent first)."""
-        return ", ".join(f"{s} x {n:,}" for s, n in self.statuses.most_common()) or "none"
+        return answers(self.statuses)
+
+
+def answers(statuses: Mapping[str, int]) -> str:
+    """``200 x 12, 401 x 3``: how a server answered, most frequent first."""
+    ranked = sorted(statuses.items(), key=lambda item: -item[1])
+    return ", ".join(f"{status} x {n:,}" for status, n in ranked) or "none"
 
 
 class Lane:

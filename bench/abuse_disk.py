@@ -17,7 +17,6 @@ import dataclasses
 import os
 import shutil
 import subprocess
-import time
 import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -27,8 +26,15 @@ from typing import Any
 import aiohttp
 
 from bench import Row, row
-from bench.abuse_attacks import LOG_LINE, LOG_LINES_PER_BATCH, RSS_TARGET_MIB, Bounds, MiB
-from bench.abuse_client import Lane
+from bench.abuse_attacks import (
+    LOG_LINE,
+    LOG_LINES_PER_BATCH,
+    RSS_TARGET_MIB,
+    Bounds,
+    MiB,
+    log_batch,
+)
+from bench.abuse_client import Lane, answers
 from bench.loadgen_http import build_request
 from bench.orchestrator_proc import ADMIN_TOKEN, Orchestrator
 from bench.simulated_worker import first_worker_takes
@@ -121,15 +127,10 @@ async def _fill_and_try(server: Orchestrator, job: dict[str, Any]) -> dict[str, 
     seq = [0]
 
     def log_post(lines: int) -> bytes:
-        batch = [
-            {"seq": seq[0] + n, "stream": "stdout", "line": LOG_LINE, "at": time.time()}
-            for n in range(lines)
-        ]
+        body = log_batch(job["attempt"], seq[0], lines)
         seq[0] += lines
         path = f"/api/workers/job/{job['job_id']}/logs"
-        return build_request(
-            "POST", path, host, {"attempt": job["attempt"], "lines": batch}, worker
-        )
+        return build_request("POST", path, host, body, worker)
 
     logs: Counter[str] = Counter()
     refused = 0
@@ -194,7 +195,7 @@ async def _fill_with_artifact(job: dict[str, Any]) -> str:
 
 
 def _rows(prefix: str, found: dict[str, Any]) -> list[Row]:
-    logs = ", ".join(f"{s} x {n}" for s, n in found["logs"].most_common())
+    logs = answers(found["logs"])
     # The floor is checked before a batch is stored: the last one allowed may take
     # up to its own size from below the floor.
     least_free = (FREE_FLOOR - LOG_LINES_PER_BATCH * len(LOG_LINE)) / MiB
@@ -224,14 +225,13 @@ def _rows(prefix: str, found: dict[str, Any]) -> list[Row]:
     ]
     for kind, statuses in found["tries"].items():
         bad = sum(n for status, n in statuses.items() if not status.startswith(("2", "507")))
-        answers = ", ".join(f"{s} x {n}" for s, n in statuses.most_common())
         rows.append(
             row(
                 f"{prefix}: {kind} on the full disk, failed",
                 bad,
                 "answers",
                 "0 (200, or 507 for new bulk writes)",
-                answers,
+                answers(statuses),
             )
         )
     return rows
