@@ -108,8 +108,8 @@ def _submit_heading(local: LocalIsolation | None) -> str:
     """Where the suggested job runs: with the admin token, ``auto`` falls back to the
     local runner wherever it runs admins' jobs."""
     if local is not None and local.off_reason is None:
-        return "  Submit a job (it runs here, on the local runner, until a worker connects):"
-    return "  Submit a job (it waits for a connected worker; the local runner is off):"
+        return "  Submit a job (with no worker connected, it runs here, on the local runner):"
+    return "  Submit a job (it waits for a worker: the local runner is off):"
 
 
 def _example_job(options: ServerOptions) -> str:
