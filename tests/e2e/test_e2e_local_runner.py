@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ADMIN_TOKEN, ApiError, Orchestrator
+from tests.e2e.harness import ADMIN_TOKEN, ApiError, Orchestrator, free_port
 from tunefleet.actors.local_access import can_execute
 from tunefleet.actors.local_isolation import DEFAULT_ISOLATED_WORK_DIR, default_work_dir
 from tunefleet.agent.job_files import RunAs
@@ -192,3 +192,29 @@ def test_a_fresh_start_as_an_ordinary_user_runs_the_admins_local_and_auto_jobs(
     finally:
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def test_a_work_directory_someone_else_owns_stops_the_start_saying_so(tmp_path: Path) -> None:
+    """Not "cannot listen": the folder is named, and what to do (the default one of an
+    ordinary user is /var/tmp/tunefleet-local-runner-<uid>, which another could make)."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    base = Path(tempfile.mkdtemp(prefix="tunefleet-taken-", dir="/var/tmp"))
+    try:
+        taken = base / "work"
+        taken.mkdir()
+        os.chown(taken, 65534, 65534)
+        args = ["server", "--port", str(free_port()), "--data-dir", str(tmp_path / "data")]
+        done = subprocess.run(
+            [sys.executable, "-m", "tunefleet", *args, "--local-work-dir", str(taken)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert (
+            f"error: local work directory {taken} is a link or not owned by the "
+            "orchestrator's user; remove it or pass another --local-work-dir"
+        ) in done.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
