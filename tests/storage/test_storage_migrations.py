@@ -152,6 +152,9 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
         assert await store.update_worker("w_old", agent_name="old-box")
         updated = await store.get_worker("w_old")
         assert updated is not None and updated.agent_name == "old-box"
+        # Version 9: an older job runs isolated if it runs locally; a new one says.
+        assert job.local_unisolated is None
+        assert (await store.create_job("j_9", config={}, local_unisolated=True)).local_unisolated
     finally:
         await db.close()
 

@@ -110,6 +110,7 @@ def job_record(row: JobRow) -> JobRecord:
         progress=dict(row.progress) if row.progress else None,
         error=row.error,
         wait_reason=row.wait_reason,
+        local_unisolated=bool(row.local_unisolated),
     )
 
 
@@ -134,6 +135,7 @@ def _insert_submitted(repos: Repos, rec: JobRecord, **placed: Any) -> int:
         timeout_minutes=rec.timeout_minutes,
         submitted_by=rec.submitted_by,
         submitted_at=rec.submitted_at,
+        local_unisolated=rec.local_unisolated,
         **placed,
     )
     repos.jobs.insert_event(

@@ -286,22 +286,29 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     "--local-runner-user",
     default=None,
     metavar="USER",
-    help="When the orchestrator runs as root, local trainers run as this user (default: nobody).",
+    help="When the orchestrator runs as root, isolated local trainers run as this user "
+    "(default: nobody).",
 )
 @click.option(
     "--local-work-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where local jobs get their directories; outside the data directory "
-    "(default: /var/tmp/tunefleet-local-runner when isolated, <data-dir>/local-runner "
-    "when not).",
+    help="Where local jobs get their directories, outside the data directory; jobs run "
+    "as the orchestrator's own user get its own-user/ folder (default: "
+    "/var/tmp/tunefleet-local-runner, with -<uid> after it when not root).",
 )
 @click.option(
     "--local-runner-unisolated",
     is_flag=True,
-    help="Run local jobs as the orchestrator's own user, able to read its data directory, "
-    "when isolation cannot be had (not root, or the runner user cannot run the trainer). "
-    "Only if everyone holding queue.local may also control the orchestrator.",
+    help="Run every local job as the orchestrator's own user, able to read its data "
+    "directory (by default only admins' do; others' run isolated). Only if everyone "
+    "holding queue.local may also control the orchestrator.",
+)
+@click.option(
+    "--local-runner-isolated-only",
+    is_flag=True,
+    help="Run every local job isolated, admins' too; where isolation cannot be had "
+    "(not root, or the runner user cannot run the trainer) the local runner stays off.",
 )
 @click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
@@ -310,5 +317,10 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
 @_limit_options
 def server(**kwargs: object) -> None:
     """Start the orchestrator."""
+    if kwargs.get("local_runner_unisolated") and kwargs.get("local_runner_isolated_only"):
+        raise click.UsageError(
+            "--local-runner-unisolated and --local-runner-isolated-only contradict each "
+            "other; pass one of them"
+        )
     options = ServerOptions.from_cli(kwargs)
     raise SystemExit(run_server(options))

@@ -31,7 +31,7 @@ from tunefleet.http.errors import put_request_id
 from tunefleet.http.front_door import app_front_door
 from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership
-from tunefleet.http.local_setup import local_executor, plan_local
+from tunefleet.http.local_setup import local_executors, plan_local
 from tunefleet.http.routes import build_routes
 from tunefleet.http.tls import (
     ensure_self_signed,
@@ -83,10 +83,11 @@ class ServerOptions:
     # Empty: the local train command, SimpleTuner's trainer and the example trainer.
     local_allowed_commands: tuple[str, ...] = ()
     # Isolation of local trainers (tunefleet/actors/local_isolation.py). None: nobody and
-    # /var/tmp/tunefleet-local-runner when isolated, <data-dir>/local-runner when not.
+    # /var/tmp/tunefleet-local-runner (root's; -<uid> after it for anyone else's).
     local_runner_user: str | None = None
     local_work_dir: Path | None = None
-    local_runner_unisolated: bool = False
+    local_runner_unisolated: bool = False  # every local job as the orchestrator's user
+    local_runner_isolated_only: bool = False  # none
     log_format: str = "console"
     verbose: bool = False
     leader_lease: float = DEFAULT_LEASE_S
@@ -252,7 +253,7 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     hub = app[keys.HUB]
     audit = AuditLog(store.append_audit, options.data_dir / "audit.jsonl", clock)
     isolation = plan_local(options) if options.local_runner else None
-    settings = options.fleet_settings()
+    settings = replace(options.fleet_settings(), local_isolation=isolation)
     if isolation is not None and isolation.off_reason is not None:
         off = f"the local runner is off: {isolation.off_reason}"
         settings = replace(settings, local_runner=False, local_runner_off=off)
@@ -276,7 +277,7 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     app[keys.AUDIT] = audit
     runner: LocalRunner | None = None
     if local is not None and isolation is not None:
-        executor = local_executor(options, isolation)
+        executor = local_executors(options, isolation, store)
         # Well inside the heartbeat timeout, however short an operator sets it.
         interval_s = min(30.0, options.heartbeat_timeout / 4)
         runner = LocalRunner(

@@ -250,6 +250,13 @@ def _drop_covered_attempt_index(database: pw.Database) -> None:
     database.execute_sql('DROP INDEX IF EXISTS "job_attempt_job_id"')
 
 
+def _job_local_unisolated(database: pw.Database) -> None:
+    """Whether a job's submitter controls the orchestrator, so that a local run may be as
+    its own user (issue 28). NULL, older jobs: isolated, as they were submitted."""
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(migrator.add_column("job", "local_unisolated", pw.BooleanField(null=True)))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -267,6 +274,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "drop job_attempt's index on job_id that (job_id, number) covers",
         _drop_covered_attempt_index,
     ),
+    Migration(9, "job local_unisolated", _job_local_unisolated),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -209,6 +209,9 @@ class Job(BaseModel):
     error = pw.TextField(null=True)
     wait_reason = pw.TextField(null=True)
     updated_at = pw.DoubleField()
+    # Its submitter controls the orchestrator, so a local run may be as the orchestrator's
+    # own user (tunefleet/actors/local_isolation.py); None (older rows): isolated.
+    local_unisolated = pw.BooleanField(null=True)
 
 
 class JobAttempt(BaseModel):

@@ -102,6 +102,7 @@ class JobRow:
     error: str | None
     wait_reason: str | None
     updated_at: float
+    local_unisolated: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
