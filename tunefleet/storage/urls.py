@@ -158,7 +158,6 @@ class _SqliteDatabase(pw.SqliteDatabase):
     rollback - no transaction is active", hiding the disk-full error behind it."""
 
     def rollback(self) -> None:
-        conn = self._state.conn
-        if conn is not None and not conn.in_transaction:
+        if not self.is_closed() and not self.connection().in_transaction:
             return
         super().rollback()
