@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from tunefleet.disk_guard import DiskBelowFloor, DiskGuard, size_text
-from tunefleet.limits import GiB, MiB, FreeDiskFloor
+from tunefleet.limits import FreeDiskFloor, GiB, MiB
 
 
 class Disk:
@@ -65,7 +65,7 @@ def test_the_smaller_of_size_and_share_is_the_floor(tmp_path: Path) -> None:
     guard.check("a new job")
     disk.free = 100 * MiB
     clock = Clock()
-    with pytest.raises(DiskBelowFloor, match="204.8 MiB"):
+    with pytest.raises(DiskBelowFloor, match=r"204\.8 MiB"):
         _guard(disk, clock, "1GiB,5%", tmp_path).check("a new job")
 
 
