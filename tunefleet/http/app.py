@@ -24,6 +24,7 @@ from tunefleet.agent.gpu import GpuProbe
 from tunefleet.artifacts.backends import open_store
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.audit import AuditLog
+from tunefleet.disk_guard import DiskGuard
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys, ui
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
@@ -192,6 +193,10 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
         raise
     # Stored timestamps come from the same clock as the actors' (a FakeClock in tests).
     app[keys.DATABASE] = db
+    watched = [options.data_dir]
+    if config.sqlite_path and config.sqlite_path != ":memory:":
+        watched.append(Path(config.sqlite_path).parent)
+    app[keys.DISK_GUARD] = DiskGuard(options.limits.min_free_disk, watched)
     app[keys.STORE] = Store(db, now=app[keys.CLOCK].time)
     try:
         yield

@@ -11,6 +11,7 @@ raw bytes in and out, which OpenAPI cannot describe faithfully.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import HttpVersion11, web
@@ -23,7 +24,7 @@ from tunefleet.http import keys
 from tunefleet.http.auth import report_auth_failure
 from tunefleet.http.body import parse_body, read_body
 from tunefleet.http.errors import ApiError
-from tunefleet.http.route_table import routes
+from tunefleet.http.route_table import check_disk, routes
 from tunefleet.storage.store_artifacts import ArtifactRow
 
 UPLOAD_TOKEN_HEADER = "X-Upload-Token"
@@ -59,6 +60,14 @@ async def _scope(request: web.Request) -> tuple[Artifacts, UploadScope]:
 
 def _key(request: web.Request) -> str:
     return check_key(request.match_info["key"])
+
+
+def _bytes_in(request: web.Request) -> AsyncIterator[bytes]:
+    """The body's bytes for the data-directory store, stopped with 507 if the disk falls
+    below the free-space floor on the way (a bucket store's bytes never come here)."""
+    chunks = request.content.iter_any()
+    guard = request.app.get(keys.DISK_GUARD)
+    return chunks if guard is None else guard.watch(chunks, "artifact bytes")
 
 
 def _redirect(url: str) -> web.Response:
@@ -131,12 +140,13 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
     location = await _bucket_location(request, artifacts, scope, key)
     if location is not None:
         return _redirect(location)
+    # Past here the bytes are stored by the orchestrator: on its disk, unless a bucket.
+    if not store.presigns:
+        check_disk(request, "artifact bytes")
     if "uploadId" in request.query:
         await _multipart(artifacts, scope, key, request.query["uploadId"])
         number = _part_number(request)
-        part = await store.put_part(
-            request.query["uploadId"], number, request.content.iter_any(), checks
-        )
+        part = await store.put_part(request.query["uploadId"], number, _bytes_in(request), checks)
         return web.json_response({"etag": part.etag}, headers={"ETag": f'"{part.etag}"'})
     if is_manifest(key):
         data = await read_body(request, MAX_MANIFEST_BYTES)
@@ -144,7 +154,7 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
             row = await artifacts.put_manifest(scope, key, data, request.remote)
     else:
         async with artifacts.writing(scope.job_id, key):
-            obj = await store.put(scope.job_id, key, request.content.iter_any(), checks)
+            obj = await store.put(scope.job_id, key, _bytes_in(request), checks)
             row = await artifacts.stored(scope, key, obj, request.remote)
     body = {"key": row.key, "size": row.size, "sha256": row.sha256}
     return web.json_response(body, headers={"ETag": f'"{row.sha256}"'})
@@ -155,6 +165,8 @@ async def artifact_multipart(request: web.Request) -> web.StreamResponse:
     artifacts, scope = await _scope(request)
     key = _key(request)
     store = artifacts.store
+    if not store.presigns:  # starting an upload, or assembling its parts into the object
+        check_disk(request, "artifact bytes")
     if "uploads" in request.query:
         if is_manifest(key):
             raise ApiError(400, "send a manifest in one PUT, not in parts")

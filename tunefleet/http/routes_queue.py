@@ -19,7 +19,7 @@ from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
 from tunefleet.http.job_views import job_detail, job_summary, log_line_view
 from tunefleet.http.local_target import decide_local
-from tunefleet.http.route_table import actor_name, fleet_of, principal_of, routes
+from tunefleet.http.route_table import actor_name, check_disk, fleet_of, principal_of, routes
 from tunefleet.http.schemas_queue import (
     CancelJobRequest,
     CancelJobResponse,
@@ -50,9 +50,11 @@ _JOB_NOT_FOUND = {404: "Job not found"}
         400: "Unknown config_name, invalid config, or a target this orchestrator lacks "
         "(or cannot run isolated for this submitter)",
         403: "Choosing the command needs queue.command; target local needs queue.local",
+        507: "The orchestrator's disk is below its free-space floor; submit once it has room",
     },
 )
 async def submit_job(request: web.Request) -> web.StreamResponse:
+    check_disk(request, "a new job")
     body = await parse_body(request, SubmitJobRequest)
     fleet = fleet_of(request)
     settings = fleet.ctx.settings
