@@ -51,6 +51,8 @@ from tunefleet.storage.urls import parse_database_url
 
 log = structlog.get_logger(__name__)
 
+NOSNIFF_HEADER = "X-Content-Type-Options"
+
 
 def absolute_path(path: Path) -> Path:
     """``~`` expanded and made absolute against the current directory (symlinks kept)."""
@@ -172,7 +174,10 @@ async def _response_prepared(request: web.Request, response: web.StreamResponse)
     """The app's one ``on_response_prepare`` hook, as its headers are sent: the request
     id on a response its handler prepared itself (``errors.request_id_on_prepare``), and
     the UI's security and cache headers (``ui.ui_headers``). One hook, not one per duty:
-    aiohttp awaits each on every response, every heartbeat's included (issue 14)."""
+    aiohttp awaits each on every response, every heartbeat's included (issue 14). And on
+    every response, ``nosniff``: a browser must not read an artifact or an error as HTML
+    (issue 23)."""
+    response.headers[NOSNIFF_HEADER] = "nosniff"
     put_request_id(request, response)
     ui.put_ui_headers(request, response)
 
