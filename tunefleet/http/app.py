@@ -27,12 +27,14 @@ from tunefleet.audit import AuditLog
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys, ui
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
+from tunefleet.http.connections import ConnectionGuard
 from tunefleet.http.errors import put_request_id
 from tunefleet.http.front_door import app_front_door
 from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership
 from tunefleet.http.local_setup import local_executor, plan_local
 from tunefleet.http.routes import build_routes
+from tunefleet.http.serving import raise_open_file_limit, run_guarded
 from tunefleet.http.tls import (
     ensure_self_signed,
     fingerprint,
@@ -349,16 +351,11 @@ def _serve(options: ServerOptions) -> int:
             app[keys.BACKGROUND].add(asyncio.create_task(announce_takeover()))
 
     app.on_startup.append(announce)
+    # Process-wide, so only here; before listening, so the banner follows it.
+    print(raise_open_file_limit(), flush=True)
+    guard = ConnectionGuard(options.limits)
     try:
-        web.run_app(
-            app,
-            host=options.host,
-            port=options.port,
-            ssl_context=ssl_context,
-            print=None,
-            access_log=None,
-            shutdown_timeout=10.0,
-        )
+        run_guarded(app, guard, options.host, options.port, ssl_context)
     except OSError as error:
         print(f"error: cannot listen on {options.host}:{options.port}: {error}", file=sys.stderr)
         return 1
