@@ -196,4 +196,3 @@ class GuardedAppRunner(web.AppRunner):
             loop=plain._loop,
             **plain._kwargs,
         )
-
