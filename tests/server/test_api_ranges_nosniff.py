@@ -31,6 +31,7 @@ async def stored_object(server: Server) -> tuple[Uploader, str]:
         "bytes=9-3",  # last before first
         "bytes=0-1,5-9",  # several ranges: not served
         "bytes=abc",
+        "bytes=" + "9" * 5000 + "-",  # more digits than Python reads as a number
     ],
 )
 async def test_an_unsatisfiable_range_is_416_with_the_size(server: Server, spec: str) -> None:
@@ -40,7 +41,7 @@ async def test_an_unsatisfiable_range_is_416_with_the_size(server: Server, spec:
         (up.url("final/model.safetensors"), up.headers()),
     ):
         resp = await server.client.get(url, headers={**headers, "Range": spec})
-        assert resp.status == 416, (spec, url)
+        assert resp.status == 416, (spec[:20], url)
         assert resp.headers["Content-Range"] == f"bytes */{len(DATA)}"
         assert len(await resp.read()) < len(DATA)
         assert resp.headers["X-Content-Type-Options"] == "nosniff"
