@@ -306,3 +306,16 @@ def test_a_limit_that_cannot_be_raised_is_said_not_fatal(monkeypatch: pytest.Mon
     line = serving.raise_open_file_limit()
     assert line.startswith("open files: up to 1,024; could not raise it to the hard limit 4,096")
     assert "ulimit -n" in line
+
+
+async def test_aiohttps_own_answer_to_a_malformed_request_says_nosniff(tmp_path: Path) -> None:
+    """A request aiohttp cannot parse never reaches the app (nor its prepare hook); the
+    server's protocol adds the header to aiohttp's own 400."""
+    async with orchestrator(tmp_path) as (base, _app):
+        reader, writer = await connect(base)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        status = await reader.readline()
+        head = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+    assert status.startswith(b"HTTP/1.0 400"), status
+    assert b"X-Content-Type-Options: nosniff" in head, head

@@ -27,7 +27,7 @@ from tunefleet.audit import AuditLog
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys, ui
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
-from tunefleet.http.connections import ConnectionGuard
+from tunefleet.http.connections import NOSNIFF_HEADER, ConnectionGuard
 from tunefleet.http.errors import put_request_id
 from tunefleet.http.front_door import app_front_door
 from tunefleet.http.gc_policy import gc_policy_ctx
@@ -52,8 +52,6 @@ from tunefleet.storage.store import Store
 from tunefleet.storage.urls import parse_database_url
 
 log = structlog.get_logger(__name__)
-
-NOSNIFF_HEADER = "X-Content-Type-Options"
 
 
 def absolute_path(path: Path) -> Path:

@@ -27,6 +27,7 @@ from typing import Any, cast
 import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from tunefleet.http import keys
 from tunefleet.http.log_gate import LogGate
@@ -34,6 +35,8 @@ from tunefleet.limits import Limits
 from tunefleet.metrics import Metrics
 
 log = structlog.get_logger(__name__)
+
+NOSNIFF_HEADER = "X-Content-Type-Options"
 
 
 class ConnectionGuard:
@@ -150,6 +153,19 @@ class GuardedRequestHandler(RequestHandler):
                 self._header_timer = None
         elif self._header_timer is None:  # the first bytes of a next request
             self._await_headers()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """aiohttp's own answer to a request it could not parse or run, which never
+        reaches the app's prepare hook: nosniff on it too, as on every response."""
+        response = super().handle_error(request, status, exc, message)
+        response.headers[NOSNIFF_HEADER] = "nosniff"
+        return response
 
     def _await_headers(self) -> None:
         self._header_timer = self._loop.call_later(
