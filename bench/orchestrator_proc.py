@@ -158,6 +158,10 @@ class Orchestrator:
             "--admin-token",
             ADMIN_TOKEN,
             "--no-local-runner",
+            # Every simulated worker connects from loopback: hundreds of streams and
+            # heartbeat connections from one address, past the default cap.
+            "--max-connections-per-address",
+            "0",
             *self.extra_args,
         ]
         if self.database_url:

@@ -6,6 +6,7 @@ agent runs only its ``--allowed-commands``."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -220,3 +221,40 @@ def test_an_agent_runs_only_its_allowed_commands(
 
     allowed = orch.submit(config_name="quick", target="worker")
     assert orch.wait_job(allowed["job_id"], {"completed", "failed"})["status"] == "completed"
+
+
+def test_an_agents_trainer_holds_none_of_the_agents_credentials(
+    orchestrator: Orchestrator,
+    agents: list[Agent],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 23: a real agent given its token both ways (SIMPLETUNER_WORKER_TOKEN and
+    --worker-token), with an operator's API token about; the trainer's environment has
+    neither token under any name, and does have its attempt's upload token."""
+    orch = orchestrator
+    dump = tmp_path / "trainer-env.json"
+    monkeypatch.setenv("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+    created = orch.create_worker("env-check")
+    show = f"import json, os; open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    agent = Agent(
+        orch.url,
+        created["token"],
+        tmp_path / "work-env",
+        "env-check",
+        persistent=True,
+        extra_args=[
+            "--worker-token",
+            created["token"],
+            "--allowed-commands",
+            "python -c **",
+        ],
+    ).start()
+    agents.append(agent)
+    orch.wait_worker(created["worker_id"], "idle")
+    job = orch.submit(config={"lr": 1}, target="worker", command=["python", "-c", show])
+    assert orch.wait_job(job["job_id"], {"completed", "failed"})["status"] == "completed"
+    seen = json.loads(dump.read_text())
+    assert not [name for name, value in seen.items() if created["token"] in value]
+    assert not [name for name, value in seen.items() if ADMIN_TOKEN in value]
+    assert seen["TUNEFLEET_UPLOAD_TOKEN"].startswith("ut_")

@@ -28,12 +28,14 @@ from tunefleet.disk_guard import DiskGuard
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys, ui
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
+from tunefleet.http.connections import NOSNIFF_HEADER, ConnectionGuard
 from tunefleet.http.errors import put_request_id
 from tunefleet.http.front_door import app_front_door
 from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership
 from tunefleet.http.local_setup import local_executors, plan_local
 from tunefleet.http.routes import build_routes
+from tunefleet.http.serving import raise_open_file_limit, run_guarded
 from tunefleet.http.tls import (
     ensure_self_signed,
     fingerprint,
@@ -174,7 +176,10 @@ async def _response_prepared(request: web.Request, response: web.StreamResponse)
     """The app's one ``on_response_prepare`` hook, as its headers are sent: the request
     id on a response its handler prepared itself (``errors.request_id_on_prepare``), and
     the UI's security and cache headers (``ui.ui_headers``). One hook, not one per duty:
-    aiohttp awaits each on every response, every heartbeat's included (issue 14)."""
+    aiohttp awaits each on every response, every heartbeat's included (issue 14). And on
+    every response, ``nosniff``: a browser must not read an artifact or an error as HTML
+    (issue 23)."""
+    response.headers[NOSNIFF_HEADER] = "nosniff"
     put_request_id(request, response)
     ui.put_ui_headers(request, response)
 
@@ -350,16 +355,11 @@ def _serve(options: ServerOptions) -> int:
             app[keys.BACKGROUND].add(asyncio.create_task(announce_takeover()))
 
     app.on_startup.append(announce)
+    # Process-wide, so only here; before listening, so the banner follows it.
+    print(raise_open_file_limit(), flush=True)
+    guard = ConnectionGuard(options.limits)
     try:
-        web.run_app(
-            app,
-            host=options.host,
-            port=options.port,
-            ssl_context=ssl_context,
-            print=None,
-            access_log=None,
-            shutdown_timeout=10.0,
-        )
+        run_guarded(app, guard, options.host, options.port, ssl_context)
     except OSError as error:
         print(f"error: cannot listen on {options.host}:{options.port}: {error}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ from tunefleet.artifacts.store import MAX_PARTS, PART_BYTES, Checks
 from tunefleet.http import keys
 from tunefleet.http.auth import report_auth_failure
 from tunefleet.http.body import parse_body, read_body
+from tunefleet.http.byte_ranges import refuse_unsatisfiable
 from tunefleet.http.errors import ApiError
 from tunefleet.http.route_table import check_disk, routes
 from tunefleet.storage.store_artifacts import ArtifactRow
@@ -241,16 +242,20 @@ async def stored_row(artifacts: Artifacts, job_id: str, key: str) -> ArtifactRow
 async def serve_object(
     request: web.Request, artifacts: Artifacts, job_id: str, key: str, actor: str
 ) -> web.StreamResponse:
-    """The bytes of a stored object (HTTP Range through FileResponse), or a redirect to a
-    presigned URL when a bucket holds it."""
+    """The bytes of a stored object (HTTP Range through FileResponse; 416 for a range no
+    byte satisfies, which is no download), or a redirect to a presigned URL when a bucket
+    holds it."""
     row = await stored_row(artifacts, job_id, key)
-    await artifacts.downloaded(job_id, key, actor, request.remote)
     store = artifacts.store
     if store.presigns:
+        await artifacts.downloaded(job_id, key, actor, request.remote)
         return _redirect(store.presign_get(job_id, key))
     path = store.local_path(job_id, key)
     if path is None or not path.is_file():
         raise ApiError(404, f"artifact not found: {key} (its record has no bytes)")
+    found = path.stat()
+    refuse_unsatisfiable(request, found.st_size, found.st_mtime)
+    await artifacts.downloaded(job_id, key, actor, request.remote)
     headers = {"Content-Type": "application/octet-stream"}
     if row.sha256:
         headers["X-Artifact-SHA256"] = row.sha256
