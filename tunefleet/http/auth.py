@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 
 from tunefleet.http.errors import ApiError
+from tunefleet.http.principal_streams import STREAM_MARK_KEY, principal_streams
 from tunefleet.http.tokens import API_TOKEN_PREFIX, WORKER_TOKEN_PREFIX, hash_token
 
 log = structlog.get_logger(__name__)
@@ -196,6 +197,9 @@ async def require_worker(request: web.Request) -> WorkerPrincipal:
 async def _authenticate_api(request: web.Request) -> ApiPrincipal:
     """The bearer token's principal, kept on the request; 401 without one."""
     token, reason = _bearer(request)
+    streams = principal_streams(request)
+    if streams is not None:  # before the lookup: a revoke after it still ends the stream
+        request[STREAM_MARK_KEY] = streams.mark()
     principal = None
     if token is not None:
         principal = await _authenticator(request).resolve_api(hash_token(token))

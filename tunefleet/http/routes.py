@@ -24,6 +24,7 @@ from tunefleet.http.auth import (
     WorkerPrincipal,
 )
 from tunefleet.http.openapi import openapi_handler
+from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, PrincipalStreams
 from tunefleet.http.route_table import routes
 from tunefleet.http.stream_watch import StreamWatch
 
@@ -86,6 +87,7 @@ def build_routes(app: web.Application) -> None:
     app[AUTHENTICATOR_KEY] = FleetAuthenticator(app)
     app[AUTH_FAILURE_HOOK_KEY] = audit_auth_failure
     app[keys.OPEN_STREAMS] = StreamWatch()
+    app[PRINCIPAL_STREAMS_KEY] = PrincipalStreams()
     routes.add_to(app)
     app.router.add_get("/api/openapi.json", openapi_handler(routes, __version__))
     ui.add_routes(app, headers_hook=False)  # build_app's one prepare hook sets them
