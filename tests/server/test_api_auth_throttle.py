@@ -96,6 +96,12 @@ async def test_a_valid_token_not_seen_lately_waits_like_a_guess(server: Any) -> 
     assert (await server.client.get("/api/queue", headers=fresh)).status == 200
 
 
+async def test_every_refusal_is_counted_in_the_metrics(server: Any) -> None:
+    await _guess_api(server, BUDGET + 7)
+    text = await (await server.client.get("/metrics")).text()
+    assert f'tunefleet_auth_failures_total{{kind="api"}} {BUDGET + 7}.0' in text
+
+
 async def test_the_address_may_try_again_once_its_window_has_passed(server: Any) -> None:
     await _guess_api(server, BUDGET + 1)
     await server.clock.advance(WINDOW_S / 2)

@@ -191,6 +191,7 @@ def throttle_wait_s(request: web.Request, credential_hash: str | None) -> float:
 def refuse_throttled(request: web.Request, kind: AuthKind, wait_s: float) -> NoReturn:
     """429 with Retry-After, before any lookup; not recorded on its own (the address's
     window summary counts it)."""
+    count_auth_failure(request, kind)
     throttle = throttle_of(request)
     if throttle is not None:
         target = f"{request.method} {request.path}"

@@ -3,7 +3,7 @@
 Before this, anyone who could reach the port could try 700 API tokens or 2,500 worker
 tokens a second, and each wrong one was written twice (an audit row and a JSON line):
 gigabytes an hour of someone else's disk (issue 23). Now each client address has a window
-(``--auth-failure-window-s``, opened by its first failure) and a budget of failures in it
+(``--auth-failure-window`` seconds, opened by its first failure) and a budget of failures in it
 (``--auth-failures-per-window``). Past the budget a credential is refused with 429 before it
 is looked up, unless it authenticated lately: the good clients behind the same address
 (a NAT, a shared CI runner) keep working while their neighbour is throttled; other
