@@ -10,6 +10,12 @@ Owners are ``(kind, id)`` pairs so that more than one thing can own a stream: to
 API token (``("api_token", "7")``); a user owning tokens (``("user", …)``) can be added
 in ``owners_of`` and ended with the same ``end`` when the user is disabled.
 
+Narrowing a token's permissions (no route does it yet) should ``end`` its owner too, even
+where the narrower token could still open the stream: what a stream sends was decided
+from the permissions it opened with (``/api/events`` leaves worker events out without
+admin.workers), so the client reconnects and the one place that decides, the route's
+authorization, decides again.
+
 A stream can open while its credential is being revoked: authenticated just before the
 revoke committed, registered just after the revoke looked for streams to end. Each
 request notes the registry's ``mark`` before its credential is looked up; ``hold`` ends at
