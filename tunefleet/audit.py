@@ -66,6 +66,8 @@ class AuditKind(StrEnum):
     JOB_FAILED = "job.failed"
     JOB_COMPLETED = "job.completed"
     AUTH_FAILED = "auth.failed"
+    # One address's failed sign-ins over one window, after its first (auth_throttle).
+    AUTH_FAILED_WINDOW = "auth.failed_window"
     API_TOKEN_CREATED = "api_token.created"
     API_TOKEN_REVOKED = "api_token.revoked"
     ARTIFACT_UPLOADED = "artifact.uploaded"

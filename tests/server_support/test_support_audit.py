@@ -90,6 +90,7 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "job.failed",
         "job.completed",
         "auth.failed",
+        "auth.failed_window",
         "api_token.created",
         "api_token.revoked",
         "artifact.uploaded",

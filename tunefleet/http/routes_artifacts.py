@@ -21,11 +21,12 @@ from tunefleet.artifacts.keys import check_key, check_prefix, is_manifest
 from tunefleet.artifacts.service import MAX_MANIFEST_BYTES, Artifacts, UploadDenied, UploadScope
 from tunefleet.artifacts.store import MAX_PARTS, PART_BYTES, Checks
 from tunefleet.http import keys
-from tunefleet.http.auth import report_auth_failure
+from tunefleet.http.auth import admit_credential, credential_good, refuse_credential
 from tunefleet.http.body import parse_body, read_body
 from tunefleet.http.byte_ranges import refuse_unsatisfiable
-from tunefleet.http.errors import ApiError
+from tunefleet.http.errors import ApiError, error_response
 from tunefleet.http.route_table import check_disk, routes
+from tunefleet.http.tokens import hash_token
 from tunefleet.storage.store_artifacts import ArtifactRow
 
 UPLOAD_TOKEN_HEADER = "X-Upload-Token"
@@ -49,13 +50,22 @@ def artifacts_of(request: web.Request) -> Artifacts:
     return artifacts
 
 
+def _upload_token_hash(request: web.Request) -> str | None:
+    token = request.headers.get(UPLOAD_TOKEN_HEADER, "").strip()
+    return hash_token(token) if token else None
+
+
 async def _scope(request: web.Request) -> tuple[Artifacts, UploadScope]:
     artifacts = artifacts_of(request)
+    token_hash = _upload_token_hash(request)
+    admit_credential(request, "upload", token_hash)
     try:
         scope = await artifacts.scope_for(request.headers.get(UPLOAD_TOKEN_HEADER))
     except UploadDenied as denied:
-        await report_auth_failure(request, "upload", str(denied))
+        await refuse_credential(request, "upload", str(denied), token_hash)
         raise ApiError(401, str(denied)) from None
+    if token_hash is not None:
+        credential_good(request, token_hash)
     return artifacts, scope
 
 
@@ -112,6 +122,10 @@ async def redirect_before_the_body(request: web.Request) -> web.StreamResponse |
     client sends a byte of its body, so the bytes cross the network once, to the bucket.
     Otherwise (and on any error, which the handler then answers) 100 Continue."""
     artifacts = request.app.get(keys.ARTIFACTS)
+    try:
+        admit_credential(request, "upload", _upload_token_hash(request))
+    except ApiError as throttled:  # answered before the body, and before any lookup
+        return error_response(throttled.status, throttled.detail, throttled.headers)
     if artifacts is not None and artifacts.store.presigns:
         with contextlib.suppress(Exception):
             scope = await artifacts.scope_for(request.headers.get(UPLOAD_TOKEN_HEADER))
