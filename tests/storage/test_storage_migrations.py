@@ -145,8 +145,24 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
         admin = await store.api_token_by_hash("a" * 64)
         ci = await store.api_token_by_hash("c" * 64)
         assert admin is not None and ci is not None
-        assert admin.permissions[-2:] == ["queue.command", "queue.local"]
+        # Version 9 then adds the permissions of users' administration, approval and usage.
+        assert admin.permissions[-5:] == [
+            "queue.command",
+            "queue.local",
+            "admin.users",
+            "queue.approve",
+            "usage.read",
+        ]
         assert ci.permissions == ["queue.submit"]
+        # Version 9: every token and job belongs to the user admin, in the team default.
+        admin_user = await store.users.user("admin")
+        assert admin_user is not None and admin_user.role == "admin"
+        assert (admin.user_id, ci.user_id) == (admin_user.id, admin_user.id)
+        old_job = await store.get_job("j_old")
+        assert old_job is not None and (old_job.user_name, old_job.team_name) == (
+            "admin",
+            "default",
+        )
         # Version 7: the name the agent registered with, empty until it registers again.
         assert worker.agent_name is None
         assert await store.update_worker("w_old", agent_name="old-box")

@@ -33,3 +33,15 @@ class AlreadyExists(StorageError):
     """A row with this id (or token hash) already exists."""
 
     status = 409
+
+
+class Missing(StorageError):
+    """A user or team named in a request does not exist (the message names it)."""
+
+    status = 404
+
+
+class LastAdmin(StorageError):
+    """The change would leave no enabled admin."""
+
+    status = 409
