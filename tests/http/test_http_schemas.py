@@ -333,7 +333,7 @@ def test_unknown_fields_from_agents_are_ignored() -> None:
             {"config_name": "a", "gpus": 2},
             "unknown field 'gpus'; the fields are config_name, config, dataloader, name, "
             "target, worker_labels, gpu_count, min_vram_gb, gpu_name, priority, max_retries, "
-            "timeout_minutes, command, env",
+            "timeout_minutes, command, env, team",
         ),
         (CancelJobRequest, {"reasn": "x"}, "unknown field 'reasn' (did you mean 'reason'?)"),
         (

@@ -14,6 +14,7 @@ from tunefleet.actors.events import CLOSING, HubEvent, Subscription
 from tunefleet.fsm.job import TERMINAL_JOB_STATES
 from tunefleet.http import keys
 from tunefleet.http.auth import ADMIN_WORKERS, API_PRINCIPAL_KEY
+from tunefleet.http.job_access import SeenJobs, viewer_of
 from tunefleet.http.job_views import log_line_view
 
 if TYPE_CHECKING:
@@ -67,13 +68,19 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     ``?kinds=job,job_progress`` narrows the feed; worker events need admin.workers."""
     hub = request.app[keys.HUB]
     kinds = _requested_kinds(request)
-    if not request[API_PRINCIPAL_KEY].has(ADMIN_WORKERS):
+    principal = request[API_PRINCIPAL_KEY]
+    if not principal.has(ADMIN_WORKERS):
         kinds = (kinds or hub.known_kinds()) - _WORKER_KINDS
+    # Job events only of the jobs the principal may see; None: an admin sees them all.
+    seen = SeenJobs(request, principal) if viewer_of(principal) is not None else None
     with hub.subscribe(kinds) as sub:
         sse = await _start(request)
         await _send(sse, "hello", {"subscribers": hub.subscriber_count})
         with contextlib.suppress(ConnectionResetError, TimeoutError, RuntimeError):
             while (event := await _next(sub, sse)) is not None:
+                job_id = event.data.get("job_id")
+                if seen is not None and job_id is not None and not await seen.allows(job_id):
+                    continue
                 await _send(sse, event.kind, event.data, event.seq)
             if sub.overflowed:
                 await _send(sse, "overflow", {"detail": "fell behind; reload and reconnect"})
