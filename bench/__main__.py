@@ -42,6 +42,7 @@ BENCHMARKS: tuple[str, ...] = (
     "metric_history",
     "takeover",
     "yardstick",
+    "abuse",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

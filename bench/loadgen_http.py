@@ -110,9 +110,12 @@ class HttpConnection(asyncio.Protocol):
         self._chunks: ChunkDecoder | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int) -> HttpConnection:
+    async def open(cls, host: str, port: int, local_host: str | None = None) -> HttpConnection:
+        """Connect; from ``local_host`` when given (another loopback address, so a
+        server's per-address bounds tell two clients on this machine apart)."""
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_connection(cls, host, port)
+        local_addr = (local_host, 0) if local_host else None
+        _, protocol = await loop.create_connection(cls, host, port, local_addr=local_addr)
         return protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -209,6 +212,12 @@ class HttpPool:
                 if attempt == 2 or not reused:
                     raise
                 continue
+            except asyncio.CancelledError:
+                # A caller's timeout: the answer may still come, so the connection is
+                # not reused, but its place in the pool is given back.
+                conn.close()
+                self._release(conn)
+                raise
             self._release(conn)
             self.requests += 1
             return status, json.loads(payload) if payload else None

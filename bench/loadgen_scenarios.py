@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from bench.loadgen_http import HttpConnection, HttpError, build_request
+
 if TYPE_CHECKING:
     from bench.loadgen import Arrival, LoadGen, SimWorker
 
@@ -25,6 +27,7 @@ SCENARIOS = (
     "hold_jobs",
     "await_reconnected",
     "departed",
+    "probe",
 )
 _background: dict[str, asyncio.Task[None]] = {}
 
@@ -317,3 +320,59 @@ async def departed(
         "rate": len(completed) / max(1e-9, finished_at - start),
         "job_ms": [(completed[j] - submitted[j]) * 1000 for j in completed],
     }
+
+
+async def probe(
+    gen: LoadGen,
+    duration_s: float,
+    heartbeat_rate: float = 20.0,
+    get_rate: float = 10.0,
+    get_path: str = "/api/queue/stats",
+    timeout_s: float = 5.0,
+) -> dict[str, Any]:
+    """A well-behaved client beside an attack: the first registered worker heartbeats
+    at ``heartbeat_rate`` (open loop, on the keep-alive pool, as an agent does) while an
+    admin API GET runs at ``get_rate``, each on a fresh connection (as the CLI or a page
+    load does), so a server that stops accepting connections shows here. Each is timed
+    from when it was scheduled; one not answered within ``timeout_s`` is a "timeout"
+    and counts ``timeout_s`` of latency."""
+    worker = next((w for w in gen.workers if w.registered), None)
+    if worker is None:
+        raise ValueError("no registered worker to probe with")
+    loop = asyncio.get_running_loop()
+    found: dict[str, dict[str, Any]] = {
+        "heartbeat": {"latencies_ms": [], "statuses": {}},
+        "get": {"latencies_ms": [], "statuses": {}},
+    }
+
+    async def timed(kind: str, scheduled: float, call: Callable[[], Awaitable[int]]) -> None:
+        try:
+            status = str(await asyncio.wait_for(call(), timeout_s))
+        except TimeoutError:
+            status = "timeout"
+        except (HttpError, OSError) as error:
+            status = type(error).__name__
+        samples = found[kind]
+        samples["latencies_ms"].append((loop.time() - scheduled) * 1000)
+        samples["statuses"][status] = samples["statuses"].get(status, 0) + 1
+
+    async def fresh_get() -> int:
+        pool = gen.pool
+        conn = await HttpConnection.open(pool.host, pool.port)
+        try:
+            raw = build_request("GET", get_path, pool.host_header, None, gen.admin)
+            status, _ = await conn.request(raw)
+        finally:
+            conn.close()
+        return status
+
+    async def beat(_: int, scheduled: float) -> None:
+        await timed("heartbeat", scheduled, lambda: gen.heartbeat(worker))
+
+    async def get(_: int, scheduled: float) -> None:
+        await timed("get", scheduled, fresh_get)
+
+    await asyncio.gather(
+        _open_loop(heartbeat_rate, duration_s, beat), _open_loop(get_rate, duration_s, get)
+    )
+    return found

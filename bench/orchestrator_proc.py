@@ -28,6 +28,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 ADMIN_TOKEN = "tf_bench-admin-token-not-a-secret-0123456789abcdef"
@@ -53,6 +54,12 @@ def raise_open_file_limit() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return hard
+
+
+def set_open_file_limit(soft: int) -> None:
+    """Set this process's soft RLIMIT_NOFILE to ``soft`` (at most its hard limit)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -93,6 +100,8 @@ class Orchestrator:
     port: int = field(default_factory=free_port)
     heartbeat_timeout_s: float = 120.0
     extra_args: list[str] = field(default_factory=list)
+    # The server's soft open-file limit; None: raised to the hard limit.
+    open_file_limit: int | None = None
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0  # time.time() at spawn
     ready_at: float = 0.0  # time.time() when /readyz first said ready
@@ -113,8 +122,10 @@ class Orchestrator:
         profiler = self._profiler_command()
         log = (self.data_dir / "server.log").open("ab")
         self.started_at = time.time()
+        limit = self.open_file_limit
+        set_limit = raise_open_file_limit if limit is None else partial(set_open_file_limit, limit)
         self.process = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=raise_open_file_limit
+            args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=set_limit
         )
         log.close()
         self._start_profiler(profiler)
@@ -147,6 +158,10 @@ class Orchestrator:
             "--admin-token",
             ADMIN_TOKEN,
             "--no-local-runner",
+            # Every simulated worker connects from loopback: hundreds of streams and
+            # heartbeat connections from one address, past the default cap.
+            "--max-connections-per-address",
+            "0",
             *self.extra_args,
         ]
         if self.database_url:

@@ -2,7 +2,9 @@
 
 Each event is written twice: to the store's hash-chained, queryable table, and as a
 JSON line appended to ``<data_dir>/audit.jsonl`` (which also catches a truncated
-table). Secrets never land in either: a detail key named like a secret is refused,
+table). A line is written only for an event stored in the chain: one the database
+refuses is held and stored later (audit_held), never written to the file alone.
+Secrets never land in either: a detail key named like a secret is refused,
 and token-looking text anywhere is masked.
 """
 
@@ -24,6 +26,7 @@ from typing import IO, Any, Protocol
 
 import structlog
 
+from tunefleet.audit_held import RETRY_S, AuditNotStored, HeldEvents
 from tunefleet.logging import contains_token, is_secret_key, redact, redact_text
 
 log = structlog.get_logger(__name__)
@@ -63,6 +66,8 @@ class AuditKind(StrEnum):
     JOB_FAILED = "job.failed"
     JOB_COMPLETED = "job.completed"
     AUTH_FAILED = "auth.failed"
+    # One address's failed sign-ins over one window, after its first (auth_throttle).
+    AUTH_FAILED_WINDOW = "auth.failed_window"
     API_TOKEN_CREATED = "api_token.created"
     API_TOKEN_REVOKED = "api_token.revoked"
     ARTIFACT_UPLOADED = "artifact.uploaded"
@@ -103,7 +108,14 @@ class WallClock(Protocol):
 class AuditLog:
     """Records audit events; ``await close()`` at shutdown flushes and closes the file."""
 
-    def __init__(self, store_append: AuditAppend, path: Path, clock: WallClock) -> None:
+    def __init__(
+        self,
+        store_append: AuditAppend,
+        path: Path,
+        clock: WallClock,
+        *,
+        held_retry_s: float = RETRY_S,
+    ) -> None:
         self.path = path
         self._store_append = store_append
         self._clock = clock
@@ -122,6 +134,7 @@ class AuditLog:
         self._staged_kinds: list[str] = []
         self._batch: _LineBatch | None = None
         self._closed = False
+        self._held = HeldEvents(self._store_entry, self.recorded, retry_s=held_retry_s)
 
     async def record(
         self,
@@ -131,14 +144,17 @@ class AuditLog:
         outcome: str = "success",
         target: str | None = None,
         client_address: str | None = None,
+        serve_anyway: bool = False,
         **detail: Any,
     ) -> Any:
         """Store the event, append its line, and return the stored record.
 
         Raises ValueError for an unknown kind or a detail key named like a secret
         (``token``, ``password``, ``secret``…): pass hashes or ids instead.
-        If the store fails, the line is still written (marked ``stored: false``)
-        and the store's error is raised; a failing file write is logged, not raised,
+        If the database refuses the event, it is held and stored later, in order
+        (audit_held), and AuditNotStored (507 for a full disk, else 503) is raised; with
+        ``serve_anyway`` (a download, a refusal: answered however the audit fares) None
+        is returned instead once it is held. A failing file write is logged, not raised,
         since the stored, hash-chained record is the authoritative copy.
         """
         event = self.entry(
@@ -149,15 +165,32 @@ class AuditLog:
             client_address=client_address,
             **detail,
         )
-        try:
-            stored = await self._store_append(event.kind, at=event.at, **event.fields)
-        except Exception as error:
-            await self._append_line(
-                _line_fields(event, stored=None, store_error=redact_text(str(error)))
-            )
-            raise
-        await self.recorded(event, stored)
-        return stored
+        refused = await self._held.store_held()  # the older events go first
+        if refused is None:
+            try:
+                stored = await self._store_entry(event)
+            except Exception as error:
+                refused = error
+            else:
+                await self.recorded(event, stored)
+                return stored
+        held = self._held.hold(event, event.kind, refused)
+        if held and serve_anyway:
+            return None
+        raise AuditNotStored(event.kind, refused, held=held) from refused
+
+    @property
+    def held(self) -> int:
+        """Events the database refused, held to be stored once it takes writes again."""
+        return len(self._held)
+
+    async def store_held(self) -> bool:
+        """Store the held events now (they are also tried every second); True when none
+        is left."""
+        return await self._held.store_held() is None
+
+    async def _store_entry(self, event: AuditEntry) -> Any:
+        return await self._store_append(event.kind, at=event.at, **event.fields)
 
     def entry(
         self,
@@ -224,6 +257,7 @@ class AuditLog:
         """Write what is queued, then close the file. Safe to call twice."""
         if self._closed:
             return
+        await self._held.close()  # a last try; what remains is logged, loudly
         self._closed = True
         self._flush()  # lines queued behind the last record go before the file closes
         writer = self._writer
@@ -340,14 +374,10 @@ class _LineBatch:
     kinds: list[str] = field(default_factory=list)
 
 
-def _line_fields(
-    event: AuditEntry, *, stored: Any, store_error: str | None = None
-) -> dict[str, Any]:
-    """The JSON line: the stored id and hash when there are, to check the table against."""
+def _line_fields(event: AuditEntry, *, stored: Any) -> dict[str, Any]:
+    """The JSON line: the stored id and hash, to check the table against."""
     timestamp = datetime.datetime.fromtimestamp(event.at, datetime.UTC).isoformat()
     head = {"timestamp": timestamp.replace("+00:00", "Z"), "at": event.at, "kind": event.kind}
-    if store_error is not None:
-        return {**head, **event.fields, "stored": False, "store_error": store_error}
     id_, hash_ = getattr(stored, "id", None), getattr(stored, "hash", None)
     return {**head, **event.fields, "id": id_, "hash": hash_}
 

@@ -86,6 +86,20 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.connections_refused = Counter(
+            "connections_refused",
+            "Connections closed unserved: past the per-address cap (address_cap), or "
+            "without a request's headers in time (header_timeout).",
+            ["reason"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.accept_errors = Counter(
+            "accept_errors",
+            "Failed accepts of a new connection (out of file descriptors or memory).",
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.http_request_duration = Histogram(
             "http_request_duration_seconds",
             "HTTP request handling time by method, route template and status.",

@@ -304,6 +304,29 @@ async def test_the_trainer_does_not_get_the_agents_worker_token(
     assert rec.texts("stdout") == ["unset yes"]
 
 
+async def test_the_trainer_gets_no_credential_of_the_agent_however_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: tunefleet's token variables are dropped too, and any variable holding the
+    worker token the agent was given (--worker-token), whatever its name; the job's own
+    upload token (set by the job's env) is what the trainer gets."""
+    token = "wt_given-on-the-command-line"
+    monkeypatch.setenv("TUNEFLEET_TOKEN", "tf_api-token-of-the-operator")
+    monkeypatch.setenv("TUNEFLEET_ADMIN_TOKEN", "tf_admin")
+    monkeypatch.setenv("MY_WORKER_SECRET_COPY", token)
+    monkeypatch.setenv("KEPT", "yes")
+    names = ("TUNEFLEET_TOKEN", "TUNEFLEET_ADMIN_TOKEN", "MY_WORKER_SECRET_COPY", "KEPT")
+    show = (
+        "import os; print(' '.join(os.environ.get(n, '-') for n in "
+        f"{names!r} + ('TUNEFLEET_UPLOAD_TOKEN',)))"
+    )
+    rec = Recorder()
+    job = spec(["python", "-c", show], env={"TUNEFLEET_UPLOAD_TOKEN": "ut_this-attempt"})
+    outcome = await executor(tmp_path, withheld_secrets=(token,)).run(job, rec)
+    assert outcome.status == "completed"
+    assert rec.texts("stdout") == ["- - - yes ut_this-attempt"]
+
+
 async def test_a_base_environment_replaces_the_agents_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,14 @@ if str(REPO_ROOT) not in sys.path:
 from bench import orchestrator_proc  # noqa: E402
 from bench.fleet_common import percentile  # noqa: E402
 from bench.loadgen import LoadGenError, LoadGenProcess  # noqa: E402
-from bench.loadgen_http import ChunkDecoder, HttpError, build_request, parse_head  # noqa: E402
+from bench.loadgen_http import (  # noqa: E402
+    ChunkDecoder,
+    HttpConnection,
+    HttpError,
+    HttpPool,
+    build_request,
+    parse_head,
+)
 from bench.orchestrator_proc import Orchestrator  # noqa: E402
 
 
@@ -99,6 +106,57 @@ def test_build_request_frames_a_json_body() -> None:
     head, _, body = raw.partition(b"\r\n\r\n")
     assert body == b'{"a":1}'
     assert b"Content-Length: 7" in head and b"X-Worker-Token: t" in head
+
+
+async def test_a_request_its_caller_gave_up_on_gives_its_pool_place_back() -> None:
+    """The abuse benchmark's probe times out a request a starved server never answers;
+    the pool (here of one connection) must still serve the next request rather than
+    wait for ever for the place the lost one held."""
+    connections = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        if connections == 1:
+            await reader.read()  # never answers; returns once the client closes
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    pool = HttpPool("127.0.0.1", server.sockets[0].getsockname()[1], size=1)
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pool.request("GET", "/never"), 0.2)
+        assert await asyncio.wait_for(pool.request("GET", "/next"), 10) == (200, {})
+    finally:
+        pool.close()
+        server.close()
+
+
+async def test_a_connection_can_come_from_another_loopback_address() -> None:
+    """The attacker of the abuse benchmark connects from 127.0.0.2, so the server's
+    per-address bounds tell it apart from the measuring client on 127.0.0.1."""
+    peers: list[str] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername")[0])
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = await HttpConnection.open("127.0.0.1", port, local_host="127.0.0.2")
+    try:
+        assert await conn.request(build_request("GET", "/", "h")) == (204, b"")
+        assert peers == ["127.0.0.2"]
+    finally:
+        conn.close()
+        server.close()
 
 
 def test_percentile_is_nearest_rank() -> None:

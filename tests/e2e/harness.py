@@ -57,6 +57,8 @@ class Orchestrator:
     # The process's working directory: relative --data-dir/--configs-dir are read from it.
     cwd: Path | None = None
     local_runner: bool = False
+    # Put before the command: another user's orchestrator (setpriv --reuid ...).
+    command_prefix: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     local_runner: bool = False
@@ -71,6 +73,7 @@ class Orchestrator:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / f"server-{int(time.time() * 1000)}.log"
         args = [
+            *self.command_prefix,
             *TUNEFLEET,
             "server",
             "--port",

@@ -6,6 +6,7 @@ agent runs only its ``--allowed-commands``."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -29,9 +30,9 @@ def orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
     write_tiny_config(configs, "quick", max_train_steps=5, step_seconds=0.01)
     allow = ["sh -c **", "python -m tunefleet.examples.tiny_trainer"]
     extra = [arg for pattern in allow for arg in ("--local-allowed-commands", pattern)]
-    # These tests are about permissions, not isolation (the test below is): the local
-    # runner runs whether or not this machine lets nobody run its Python.
-    extra.append("--local-runner-unisolated")
+    # The admin's local jobs run as the orchestrator's user, whether or not this machine
+    # lets nobody run its Python (isolation: the test below).
+    extra += ["--local-work-dir", str(tmp_path / "local-work")]
     orch = Orchestrator(tmp_path / "data", configs, local_runner=True, extra_args=extra).start()
     yield orch
     orch.stop()
@@ -105,10 +106,11 @@ def test_submit_only_token_runs_no_chosen_command_and_nothing_locally(
 def test_with_command_and_local_it_runs_but_the_trainer_cannot_read_the_data_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As root, the local runner runs trainers as nobody, in a work directory outside the
-    data directory (closed to others), with the orchestrator's secrets scrubbed from
-    their environment. The control, the same job with --local-runner-unisolated, reads
-    the data directory: the check can fail."""
+    """As root, the local runner runs a non-admin's trainers as nobody, in a work directory
+    outside the data directory (closed to others), with the orchestrator's secrets
+    scrubbed from their environment. The controls, the admin's job in the same runner and
+    the same job with --local-runner-unisolated, read the data directory: the check can
+    fail."""
     if os.geteuid() != 0:
         pytest.skip("isolating local trainers needs an orchestrator running as root")
     try:
@@ -127,23 +129,27 @@ def test_with_command_and_local_it_runs_but_the_trainer_cannot_read_the_data_dir
             f"if ls {data} >/dev/null 2>&1 || cat {data}/tunefleet.db >/dev/null 2>&1; "
             "then echo data=READ; else echo data=DENIED; fi; touch ran-here"
         )
-        isolated = run_local_job(tmp_path, data, work, script, [])
+        isolated, admins = run_local_jobs(tmp_path, data, work, script, [])
         assert isolated["lines"][:3] == ["nobody", "token=unset", "data=DENIED"]
-        assert f"local runner: jobs run as nobody in {work}" in isolated["log"]
+        assert f"isolated as nobody in {work} for others" in isolated["log"]
         assert (work / "jobs" / isolated["job_id"] / "attempt-1" / "ran-here").exists()
         assert stat.S_IMODE(data.stat().st_mode) == 0o700
-        control = run_local_job(tmp_path, data, work, script, ["--local-runner-unisolated"])
+        assert admins["lines"][:3] == ["root", "token=unset", "data=READ"]
+        own_folder = work / "own-user" / "jobs" / admins["job_id"] / "attempt-1"
+        assert (own_folder / "ran-here").exists()
+        control, _ = run_local_jobs(tmp_path, data, work, script, ["--local-runner-unisolated"])
         assert control["lines"][:3] == ["root", "token=unset", "data=READ"]
         assert "local runner: UNISOLATED (--local-runner-unisolated)" in control["log"]
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def run_local_job(
+def run_local_jobs(
     tmp_path: Path, data: Path, work: Path, script: str, extra: list[str]
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Start an orchestrator whose local runner runs /bin/sh, submit the script with a
-    token holding queue.command and queue.local, and return its output lines."""
+    token holding queue.command and queue.local, then with the admin's; their output
+    lines."""
     configs = tmp_path / "configs"
     configs.mkdir(exist_ok=True)
     args = [
@@ -156,12 +162,16 @@ def run_local_job(
     try:
         token = token_with(orch, "queue.submit", "queue.command", "queue.local")
         body = {"config": {"lr": 1}, "target": "local", "command": ["/bin/sh", "-c", script]}
-        job_id = orch.request("POST", "/api/queue/submit", body, token=token)["job_id"]
-        ended = orch.wait_job(job_id, {"completed", "failed"})
-        assert ended["status"] == "completed", (ended, orch.log())
-        logs = orch.request("GET", f"/api/queue/{job_id}/logs")
-        lines = [line["line"] for line in logs["lines"]]
-        return {"job_id": job_id, "lines": lines, "log": orch.log()}
+        ran = []
+        for submitter in (token, ADMIN_TOKEN):
+            job_id = orch.request("POST", "/api/queue/submit", body, token=submitter)["job_id"]
+            ended = orch.wait_job(job_id, {"completed", "failed"})
+            assert ended["status"] == "completed", (ended, orch.log())
+            logs = orch.request("GET", f"/api/queue/{job_id}/logs")
+            lines = [line["line"] for line in logs["lines"]]
+            assert orch.log_path is not None  # the banner, which the log's tail has passed
+            ran.append({"job_id": job_id, "lines": lines, "log": orch.log_path.read_text()})
+        return ran[0], ran[1]
     finally:
         orch.stop()
 
@@ -211,3 +221,40 @@ def test_an_agent_runs_only_its_allowed_commands(
 
     allowed = orch.submit(config_name="quick", target="worker")
     assert orch.wait_job(allowed["job_id"], {"completed", "failed"})["status"] == "completed"
+
+
+def test_an_agents_trainer_holds_none_of_the_agents_credentials(
+    orchestrator: Orchestrator,
+    agents: list[Agent],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 23: a real agent given its token both ways (SIMPLETUNER_WORKER_TOKEN and
+    --worker-token), with an operator's API token about; the trainer's environment has
+    neither token under any name, and does have its attempt's upload token."""
+    orch = orchestrator
+    dump = tmp_path / "trainer-env.json"
+    monkeypatch.setenv("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+    created = orch.create_worker("env-check")
+    show = f"import json, os; open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    agent = Agent(
+        orch.url,
+        created["token"],
+        tmp_path / "work-env",
+        "env-check",
+        persistent=True,
+        extra_args=[
+            "--worker-token",
+            created["token"],
+            "--allowed-commands",
+            "python -c **",
+        ],
+    ).start()
+    agents.append(agent)
+    orch.wait_worker(created["worker_id"], "idle")
+    job = orch.submit(config={"lr": 1}, target="worker", command=["python", "-c", show])
+    assert orch.wait_job(job["job_id"], {"completed", "failed"})["status"] == "completed"
+    seen = json.loads(dump.read_text())
+    assert not [name for name, value in seen.items() if created["token"] in value]
+    assert not [name for name, value in seen.items() if ADMIN_TOKEN in value]
+    assert seen["TUNEFLEET_UPLOAD_TOKEN"].startswith("ut_")

@@ -18,20 +18,20 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 @pytest.fixture
 def relative_orchestrator(tmp_path: Path) -> Iterator[Orchestrator]:
     write_tiny_config(tmp_path / "configs", "quick", max_train_steps=5, step_seconds=0.02)
-    # Unisolated: this is about paths; its local jobs then work in <data-dir>/local-runner
-    # (isolation, and where an isolated runner works: tests/e2e/test_e2e_permissions.py).
+    # The admin's local jobs run as this user in <local-work-dir>/own-user (isolation, and
+    # where an isolated runner works: tests/e2e/test_e2e_permissions.py).
     orch = Orchestrator(
         Path(".tunefleet"),
         Path("configs"),
         cwd=tmp_path,
         local_runner=True,
-        extra_args=["--local-runner-unisolated"],
+        extra_args=["--local-work-dir", "localwork"],
     ).start()
     yield orch
     orch.stop()
 
 
-def test_a_local_job_completes_with_a_relative_data_dir(
+def test_a_local_job_completes_with_relative_data_and_work_dirs(
     relative_orchestrator: Orchestrator, tmp_path: Path
 ) -> None:
     orch = relative_orchestrator
@@ -39,7 +39,7 @@ def test_a_local_job_completes_with_a_relative_data_dir(
     job = orch.wait_job(submitted["job_id"], {"completed", "failed"})
     assert job["status"] == "completed", (job, orch.log())
     assert job["progress"]["step"] == 5
-    assert (tmp_path / ".tunefleet" / "local-runner" / "jobs" / submitted["job_id"]).is_dir()
+    assert (tmp_path / "localwork" / "own-user" / "jobs" / submitted["job_id"]).is_dir()
 
 
 def test_an_agent_with_a_relative_work_dir_completes_its_job(

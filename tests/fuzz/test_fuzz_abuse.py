@@ -25,6 +25,7 @@ import pytest
 
 from tests.security.conftest import LiveFleet, call, running_fleet
 from tunefleet.http.auth import API_UNAUTHORIZED, WORKER_UNAUTHORIZED
+from tunefleet.limits import Limits
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -34,6 +35,7 @@ SLOW_HEADER_CLIENTS = 80
 SLOW_BODY_CLIENTS = 20
 TRICKLE_EVERY_S = 0.25
 GOOD_P95_S = 1.0
+AUTH_BUDGET = Limits().auth_failures_per_window
 IO_TIMEOUT_S = 15.0
 
 
@@ -268,12 +270,25 @@ def test_good_client_is_served_during_floods_and_slow_clients(live_fleet: LiveFl
     assert len(good.latencies) >= 10, "the good client barely ran"
     assert good.p95() < GOOD_P95_S, sorted(good.latencies)[-10:]
     assert len(flood) == FLOOD_REQUESTS // FLOOD_CONNECTIONS * FLOOD_CONNECTIONS
-    assert set(flood) == {(401, WORKER_UNAUTHORIZED), (401, API_UNAUTHORIZED)}
+    # The flood's address is past its failed sign-ins after the budget (give or take the
+    # lookups in flight when it ran out): the rest are refused unchecked.
+    refused = [outcome for outcome in flood if outcome[0] == 401]
+    assert set(refused) == {(401, WORKER_UNAUTHORIZED), (401, API_UNAUTHORIZED)}
+    assert AUTH_BUDGET <= len(refused) <= AUTH_BUDGET + FLOOD_CONNECTIONS
+    assert {status for status, _ in flood} == {401, 429}
     # Slow clients cost the server a connection each, but they are not dropped for
     # being slow, and they did not keep anyone else out.
     assert slow_alive == SLOW_HEADER_CLIENTS + SLOW_BODY_CLIENTS
     assert all(400 <= status < 500 for status, _ in bad.values())
-    # Every refused credential of the flood is in the audit trail.
-    audit = (live_fleet.orch.data_dir / "audit.jsonl").read_text().splitlines()
-    denied = [line for line in audit if '"auth.failed"' in line]
-    assert len(denied) >= len(flood)
+    # Every refused credential of the flood is in the audit trail, though not one line
+    # each: the first of each kind alone, the rest in their window's summary (written
+    # when the window closes, at the latest when the server stops).
+    live_fleet.orch.stop()  # the last test of the module: its fixture's stop is a no-op
+    audit = [
+        json.loads(line)
+        for line in (live_fleet.orch.data_dir / "audit.jsonl").read_text().splitlines()
+    ]
+    alone = [e for e in audit if e["kind"] == "auth.failed"]
+    summed = sum(e["detail"]["attempts"] for e in audit if e["kind"] == "auth.failed_window")
+    assert len(alone) + summed >= len(flood)
+    assert len(alone) < len(flood) // 10

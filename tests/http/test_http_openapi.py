@@ -211,7 +211,7 @@ def test_security_follows_declared_auth(document: dict[str, Any]) -> None:
 
 def test_error_responses_use_the_error_schema(document: dict[str, Any]) -> None:
     status = document["paths"]["/api/workers/job/{job_id}/status"]["post"]["responses"]
-    assert set(status) == {"200", "400", "401", "403", "404", "409", "413", "500"}
+    assert set(status) == {"200", "400", "401", "403", "404", "409", "413", "429", "500"}
     assert status["404"]["description"] == "Job not found: <id>"
     for code, response in status.items():
         if code.startswith(("4", "5")):

@@ -183,6 +183,8 @@ def options_for(tmp_path: Path, **overrides: Any) -> ServerOptions:
         "data_dir": tmp_path / "data",
         "configs_dir": configs_dir,
         "local_runner": False,
+        # Local jobs' folders in the test's own directory, not /var/tmp's default.
+        "local_work_dir": tmp_path / "local-work",
         "admin_token": ADMIN_TOKEN,
         "log_format": "json",
     }

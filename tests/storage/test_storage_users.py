@@ -1,4 +1,4 @@
-"""Users, teams and memberships on SQLite and PostgreSQL: what migration 9 leaves, the
+"""Users, teams and memberships on SQLite and PostgreSQL: what migration 10 leaves, the
 default team kept one per user, the last admin kept, and jobs found by owner and viewer."""
 
 from __future__ import annotations

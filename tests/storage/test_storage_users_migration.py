@@ -1,6 +1,7 @@
-"""Migration 9 on a copy of a database that the release before users made through its own
-API (release_db/make_release_db.py): every row and value is still there, and every token
-and job now belongs to the user `admin` in the team `default`."""
+"""Migrations 9 and 10 on a copy of a database that release 8 made through its own API
+(release_db/make_release_db.py): every row and value is still there, every job runs
+isolated if it runs locally (9), and every token and job now belongs to the user `admin`
+in the team `default` (10)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ async def test_a_release_8_database_keeps_everything_and_gains_its_owner(tmp_pat
         assert signed_in is not None and signed_in.user_id == admin.id
         jobs = await store.list_jobs(order="seq")
         assert [(j.user_name, j.team_name) for j in jobs] == [("admin", "default")] * 3
+        assert [j.local_unisolated for j in jobs] == [None] * 3
         assert [j.submitted_by for j in jobs] == ["token:admin#1", "token:ci#2", "token:ops#3"]
         facts = await store.users.facts(admin.id)
         assert facts is not None and facts.default_team == "default"
@@ -84,9 +86,10 @@ async def test_a_release_8_database_keeps_everything_and_gains_its_owner(tmp_pat
         await db.close()
 
     after = _tables(copy)
-    assert max(v for (v, *_) in after["schema_version"][1]) == LATEST_VERSION
+    versions = [v for (v, *_) in after["schema_version"][1]]
+    assert versions == [*range(1, 9), 9, 10] and LATEST_VERSION == 10
     # Every row of every table the release had, each of its values unchanged (but the
-    # permissions migration 9 extends, checked above).
+    # permissions migration 10 extends, checked above).
     for table, (columns, rows) in before.items():
         new_columns, new_rows = after[table]
         assert new_columns[: len(columns)] == columns, table

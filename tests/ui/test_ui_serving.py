@@ -70,6 +70,15 @@ async def test_a_missing_or_stale_asset_is_404_and_not_cached(client: TestClient
         assert resp.headers.get("Cache-Control") == "no-store", path
 
 
+async def test_only_the_asset_files_are_served(client: TestClient) -> None:
+    """Assets are looked up by name in the table made at start: no path a client sends
+    reaches the file system, however it is spelled."""
+    build = client.app[ui.UI_BUILD_KEY]
+    for name in ("../ui.py", "..%2Fui.py", "js/../../ui.py", "%2e%2e/ui.py", "js", "/etc/passwd"):
+        resp = await client.get(f"/static/{build}/{name}")
+        assert resp.status == 404, name
+
+
 async def test_the_api_keeps_its_own_headers(client: TestClient) -> None:
     resp = await client.get("/api/thing")
     assert resp.status == 200
@@ -90,7 +99,7 @@ def test_the_orchestrator_app_serves_the_ui(tmp_path: Path) -> None:
     app = build_app(ServerOptions(data_dir=tmp_path, configs_dir=tmp_path))
     paths = {r.canonical for r in app.router.resources()}
     assert "/" in paths
-    assert f"/static/{app[ui.UI_BUILD_KEY]}" in paths
+    assert f"/static/{app[ui.UI_BUILD_KEY]}/{{name}}" in paths
 
 
 class _PageScan(HTMLParser):

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from tunefleet.actors.clock import Clock
     from tunefleet.actors.events import EventHub
     from tunefleet.actors.job_actor import JobActor
+    from tunefleet.actors.local_isolation import LocalIsolation
     from tunefleet.actors.persistence import Persistence
     from tunefleet.actors.runtime import ActorSystem
     from tunefleet.actors.scheduler import Scheduler
@@ -38,6 +39,8 @@ class FleetSettings:
     local_runner: bool = True
     # Why the local runner did not start although asked for (no isolation to be had).
     local_runner_off: str | None = None
+    # How the local runner runs whose jobs (None: fleets built without one, in tests).
+    local_isolation: LocalIsolation | None = None
     # `/api/artifacts`: where workers store outputs (job_submit's upload_endpoint). A path,
     # because SimpleTuner's agent puts its orchestrator URL in front of it; empty only in
     # fleets built without an artifact store (unit tests).

@@ -38,8 +38,15 @@ class Subscription:
 
     @property
     def ended(self) -> bool:
-        """Stop reading: it fell behind, or the orchestrator is shutting down."""
+        """Stop reading: it fell behind, the orchestrator is shutting down, or its reader's
+        credential was revoked."""
         return self.overflowed or self.closed
+
+    def close(self) -> None:
+        """End it and wake its reader now, not a ping later."""
+        self.closed = True
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(HubEvent(0, CLOSING, {}))
 
 
 class EventHub:
@@ -84,9 +91,7 @@ class EventHub:
     def close(self) -> None:
         """Shutting down: wake every reader so open streams end now, not a ping later."""
         for sub in list(self._subscribers):
-            sub.closed = True
-            with contextlib.suppress(asyncio.QueueFull):
-                sub.queue.put_nowait(HubEvent(0, CLOSING, {}))
+            sub.close()
         self._subscribers.clear()
 
     @property

@@ -133,7 +133,11 @@ class Fleet:
         await self.ctx.persistence.delete_worker(worker_id)
         await self.ctx.system.stop(worker)
         await self.ctx.audit.record(
-            AuditKind.WORKER_DELETED, actor="supervisor", target=worker_id, reason=reason
+            AuditKind.WORKER_DELETED,
+            actor="supervisor",
+            target=worker_id,
+            reason=reason,
+            serve_anyway=True,  # the health check's own deletion: nobody to refuse
         )
         self.ctx.hub.publish("worker_deleted", worker_id=worker_id)
 

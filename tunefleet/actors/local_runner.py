@@ -2,7 +2,8 @@
 
 It is the built-in worker ``w_local``, an in-process agent: it registers, reads its
 stream and reports exactly as a remote agent does, through the same Fleet calls, so
-one lifecycle, one scheduler and one set of tests serve both.
+one lifecycle, one scheduler and one set of tests serve both. Which user a job's trainer
+runs as is its executor's choice (tunefleet/actors/local_executors.py).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import structlog
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.fleet import LOCAL_WORKER_ID, Fleet
+from tunefleet.actors.local_executors import TrainerRunner
 from tunefleet.actors.records import WorkerRecord
 from tunefleet.actors.stream import StreamConnection, StreamEvent
 from tunefleet.agent.executor import (
-    JobExecutor,
     JobOutcome,
     JobStarted,
     LogBatch,
@@ -63,7 +64,7 @@ class LocalRunner:
     def __init__(
         self,
         fleet: Fleet,
-        executor: JobExecutor,
+        executor: TrainerRunner,
         inventory: GpuInventory,
         heartbeat_interval_s: float = 30.0,
         orchestrator_url: str = "",

@@ -112,6 +112,7 @@ def job_record(row: JobRow) -> JobRecord:
         wait_reason=row.wait_reason,
         user_name=row.user_name,
         team_name=row.team_name,
+        local_unisolated=bool(row.local_unisolated),
     )
 
 
@@ -138,6 +139,7 @@ def _insert_submitted(repos: Repos, rec: JobRecord, **placed: Any) -> int:
         submitted_at=rec.submitted_at,
         user_name=rec.user_name,
         team_name=rec.team_name,
+        local_unisolated=rec.local_unisolated,
         **placed,
     )
     repos.jobs.insert_event(

@@ -227,6 +227,9 @@ class JobRecord:
     # confirmed yet; loaded from the timeline so that it outlives a restart.
     stop_reason: str | None = None
     stop_is_timeout: bool = False
+    # Decided at submit: its submitter controls the orchestrator, so a local run may be as
+    # the orchestrator's own user (tunefleet/actors/local_isolation.py).
+    local_unisolated: bool = False
 
     def requirements(self) -> Requirements:
         return Requirements(

@@ -372,8 +372,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
         await self._persist(offline_at=self.rec.offline_at)
         if lost_job is not None and (job := self.ctx.jobs.get(lost_job)) is not None:
             job.tell(m.WorkerLost(self.worker_id, f"worker {self.worker_id} lost: {reason}"))
+        # A fact nobody can refuse: held if the database will not take it now.
         await self.ctx.audit.record(
-            kind, actor=self.worker_id, target=self.worker_id, reason=reason
+            kind, actor=self.worker_id, target=self.worker_id, reason=reason, serve_anyway=True
         )
         log.info("worker offline", worker_id=self.worker_id, reason=reason, job_id=lost_job)
         self._announce()

@@ -101,6 +101,7 @@ class JobExecutor:
         allowed_commands: Sequence[str] | None = None,
         run_as: RunAs | None = None,
         base_env: Mapping[str, str] | None = None,
+        withheld_secrets: Sequence[str] = (),
         cuda_visible_devices: str | None = None,
         log_batch_lines: int = 200,
         log_interval_s: float = 0.5,
@@ -124,6 +125,8 @@ class JobExecutor:
         # The local runner's isolation: trainers as another user, with a scrubbed env.
         self.run_as = run_as
         self.base_env = dict(base_env) if base_env is not None else None
+        # The agent's own secrets (its worker token): no variable holding one reaches a job.
+        self.withheld_secrets = tuple(withheld_secrets)
         self.cuda_visible_devices = cuda_visible_devices
         self.log_batch_lines = log_batch_lines
         self.log_interval_s = log_interval_s
@@ -233,6 +236,7 @@ class _Attempt:
                 ex.cuda_visible_devices,
                 base=ex.base_env,
                 run_as=ex.run_as,
+                withheld=ex.withheld_secrets,
             )
             log_file = files.log_path.open("a", encoding="utf-8")
         except (JobSetupError, OSError) as error:

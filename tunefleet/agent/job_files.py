@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -168,9 +169,23 @@ def resolve_command(command: Sequence[str] | str | None, default: Sequence[str])
     return argv
 
 
-# The agent's own credential is not the job's: a trainer holding it could act as its
-# worker (take other jobs, report on them). The job's `env` may still set the name.
-AGENT_CREDENTIALS_ENV = ("SIMPLETUNER_WORKER_TOKEN",)
+# The agent's own credentials are not the job's: a trainer holding the worker token could
+# act as its worker (take other jobs, report on them), one holding an API token as its
+# operator. Globs over variable names; the job's `env` may still set these names (its
+# TUNEFLEET_UPLOAD_TOKEN is the one credential a trainer needs).
+AGENT_CREDENTIALS_ENV = ("SIMPLETUNER_WORKER_TOKEN", "TUNEFLEET_*TOKEN*")
+
+
+def without_credentials(environ: Mapping[str, str], withheld: Sequence[str]) -> dict[str, str]:
+    """``environ`` less the variables AGENT_CREDENTIALS_ENV names (any case) and those
+    whose value contains one of the non-empty ``withheld`` secrets."""
+    secrets = [secret for secret in withheld if secret]
+    return {
+        name: value
+        for name, value in environ.items()
+        if not any(fnmatch.fnmatchcase(name.upper(), glob) for glob in AGENT_CREDENTIALS_ENV)
+        and not any(secret in value for secret in secrets)
+    }
 
 
 def job_environment(
@@ -181,15 +196,15 @@ def job_environment(
     cuda_visible_devices: str | None,
     base: Mapping[str, str] | None = None,
     run_as: RunAs | None = None,
+    withheld: Sequence[str] = (),
 ) -> dict[str, str]:
-    """The agent's environment (or ``base``) less the agent's credential, then the job's
-    `env`, then tunefleet's own
+    """The agent's environment (or ``base``) less the agent's credentials (the variables
+    AGENT_CREDENTIALS_ENV names, and any holding one of the ``withheld`` values, such as
+    a --worker-token, under whatever name), then the job's `env`, then tunefleet's own
     variables. tunefleet's variables come last because the trainer relies on them being
     true. A trainer run as another user gets that user's name and the job directory as
     its home (the agent's home is not its to read)."""
-    env = dict(os.environ if base is None else base)
-    for name in AGENT_CREDENTIALS_ENV:
-        env.pop(name, None)
+    env = without_credentials(os.environ if base is None else base, withheld)
     if run_as is not None:
         env.update({"USER": run_as.name, "LOGNAME": run_as.name, "HOME": str(files.job_dir)})
     env.setdefault("PYTHONUNBUFFERED", "1")  # progress and logs arrive as they happen

@@ -23,6 +23,7 @@ async def run_worker(settings: AgentSettings) -> None:
         settings.work_dir,
         list(settings.train_command),
         allowed_commands=settings.allowed_commands,
+        withheld_secrets=(settings.worker_token,),
     )
     agent = Agent(settings, executor=executor, gpu=probe)
     loop = asyncio.get_running_loop()

@@ -342,11 +342,14 @@ class Artifacts:
         return len(rows)
 
     async def downloaded(self, job_id: str, key: str, actor: str, client: str | None) -> None:
+        """Audit a download. A read must not fail for a write: if the database refuses
+        the event it is held and stored later (audit_held), and the bytes are served."""
         await self.audit.record(
             AuditKind.ARTIFACT_DOWNLOADED,
             actor=actor,
             target=job_id,
             client_address=client,
+            serve_anyway=True,
             key=key,
         )
 

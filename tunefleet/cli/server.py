@@ -24,34 +24,26 @@ def _checked_patterns(
         raise click.BadParameter(str(error)) from error
 
 
-class _Size(click.ParamType):
-    """A byte count: ``4096``, ``256MiB``, ``1GiB``."""
+class _LimitType(click.ParamType):
+    """A bound read by its parser in tunefleet/limits.py, its BadLimit a usage error."""
 
-    name = "size"
+    def __init__(self, name: str, parse: Callable[[str], object], kind: type) -> None:
+        self.name, self._parse, self._kind = name, parse, kind
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> int:
-        if isinstance(value, int):
+    ) -> object:
+        if isinstance(value, self._kind):
             return value
         try:
-            return parse_size(str(value))
+            return self._parse(str(value))
         except BadLimit as error:
             self.fail(str(error), param, ctx)
 
 
-class _DiskFloor(click.ParamType):
-    name = "floor"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> FreeDiskFloor:
-        if isinstance(value, FreeDiskFloor):
-            return value
-        try:
-            return FreeDiskFloor.parse(str(value))
-        except BadLimit as error:
-            self.fail(str(error), param, ctx)
+# A byte count (``4096``, ``256MiB``, ``1GiB``) and the free-disk floor (``1GiB,5%``).
+_SIZE = _LimitType("size", parse_size, int)
+_DISK_FLOOR = _LimitType("floor", FreeDiskFloor.parse, FreeDiskFloor)
 
 
 _DEFAULTS = Limits()
@@ -63,14 +55,14 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     options = [
         click.option(
             "--max-log-bytes-per-attempt",
-            type=_Size(),
+            type=_SIZE,
             default="256MiB",
             show_default=True,
             help="Log bytes stored per attempt; past it lines are dropped and counted.",
         ),
         click.option(
             "--max-body-bytes",
-            type=_Size(),
+            type=_SIZE,
             default="1MiB",
             show_default=True,
             help="Largest request body (artifact uploads are streamed and not bounded by it).",
@@ -84,7 +76,7 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option(
             "--max-progress-bytes",
-            type=_Size(),
+            type=_SIZE,
             default="256KiB",
             show_default=True,
             help="Size of a job's merged progress object as JSON; a report past it gets 400.",
@@ -121,7 +113,7 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option(
             "--min-free-disk",
-            type=_DiskFloor(),
+            type=_DISK_FLOOR,
             default=DEFAULT_MIN_FREE_DISK,
             show_default=True,
             help="Free disk kept in reserve (a size, a percentage, or both: the smaller "
@@ -294,22 +286,29 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     "--local-runner-user",
     default=None,
     metavar="USER",
-    help="When the orchestrator runs as root, local trainers run as this user (default: nobody).",
+    help="When the orchestrator runs as root, isolated local trainers run as this user "
+    "(default: nobody).",
 )
 @click.option(
     "--local-work-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where local jobs get their directories; outside the data directory "
-    "(default: /var/tmp/tunefleet-local-runner when isolated, <data-dir>/local-runner "
-    "when not).",
+    help="Where local jobs get their directories, outside the data directory; jobs run "
+    "as the orchestrator's own user get its own-user/ folder (default: "
+    "/var/tmp/tunefleet-local-runner, with -<uid> after it when not root).",
 )
 @click.option(
     "--local-runner-unisolated",
     is_flag=True,
-    help="Run local jobs as the orchestrator's own user, able to read its data directory, "
-    "when isolation cannot be had (not root, or the runner user cannot run the trainer). "
-    "Only if everyone holding queue.local may also control the orchestrator.",
+    help="Run every local job as the orchestrator's own user, able to read its data "
+    "directory (by default only admins' do; others' run isolated). Only if everyone "
+    "holding queue.local may also control the orchestrator.",
+)
+@click.option(
+    "--local-runner-isolated-only",
+    is_flag=True,
+    help="Run every local job isolated, admins' too; where isolation cannot be had "
+    "(not root, or the runner user cannot run the trainer) the local runner stays off.",
 )
 @click.option(
     "--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True
@@ -318,5 +317,10 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
 @_limit_options
 def server(**kwargs: object) -> None:
     """Start the orchestrator."""
+    if kwargs.get("local_runner_unisolated") and kwargs.get("local_runner_isolated_only"):
+        raise click.UsageError(
+            "--local-runner-unisolated and --local-runner-isolated-only contradict each "
+            "other; pass one of them"
+        )
     options = ServerOptions.from_cli(kwargs)
     raise SystemExit(run_server(options))

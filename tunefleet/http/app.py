@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +24,18 @@ from tunefleet.agent.gpu import GpuProbe
 from tunefleet.artifacts.backends import open_store
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.audit import AuditLog
+from tunefleet.disk_guard import DiskGuard
 from tunefleet.errors import TunefleetError
 from tunefleet.http import keys, ui
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
+from tunefleet.http.connections import NOSNIFF_HEADER, ConnectionGuard
 from tunefleet.http.errors import put_request_id
 from tunefleet.http.front_door import app_front_door
 from tunefleet.http.gc_policy import gc_policy_ctx
 from tunefleet.http.leadership import STEPPED_DOWN_EXIT_CODE, Leadership
-from tunefleet.http.local_setup import local_executor, plan_local
+from tunefleet.http.local_setup import local_executors, plan_local
 from tunefleet.http.routes import build_routes
+from tunefleet.http.serving import raise_open_file_limit, run_guarded
 from tunefleet.http.tls import (
     ensure_self_signed,
     fingerprint,
@@ -83,14 +86,15 @@ class ServerOptions:
     # Empty: the local train command, SimpleTuner's trainer and the example trainer.
     local_allowed_commands: tuple[str, ...] = ()
     # Isolation of local trainers (tunefleet/actors/local_isolation.py). None: nobody and
-    # /var/tmp/tunefleet-local-runner when isolated, <data-dir>/local-runner when not.
+    # /var/tmp/tunefleet-local-runner (root's; -<uid> after it for anyone else's).
     local_runner_user: str | None = None
     local_work_dir: Path | None = None
-    local_runner_unisolated: bool = False
+    local_runner_unisolated: bool = False  # every local job as the orchestrator's user
+    local_runner_isolated_only: bool = False  # none
     log_format: str = "console"
     verbose: bool = False
     leader_lease: float = DEFAULT_LEASE_S
-    limits: Limits = Limits()
+    limits: Limits = field(default_factory=Limits)
 
     @classmethod
     def from_cli(cls, values: dict[str, Any]) -> ServerOptions:
@@ -172,7 +176,10 @@ async def _response_prepared(request: web.Request, response: web.StreamResponse)
     """The app's one ``on_response_prepare`` hook, as its headers are sent: the request
     id on a response its handler prepared itself (``errors.request_id_on_prepare``), and
     the UI's security and cache headers (``ui.ui_headers``). One hook, not one per duty:
-    aiohttp awaits each on every response, every heartbeat's included (issue 14)."""
+    aiohttp awaits each on every response, every heartbeat's included (issue 14). And on
+    every response, ``nosniff``: a browser must not read an artifact or an error as HTML
+    (issue 23)."""
+    response.headers[NOSNIFF_HEADER] = "nosniff"
     put_request_id(request, response)
     ui.put_ui_headers(request, response)
 
@@ -191,6 +198,10 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
         raise
     # Stored timestamps come from the same clock as the actors' (a FakeClock in tests).
     app[keys.DATABASE] = db
+    watched = [options.data_dir]
+    if config.sqlite_path and config.sqlite_path != ":memory:":
+        watched.append(Path(config.sqlite_path).parent)
+    app[keys.DISK_GUARD] = DiskGuard(options.limits.min_free_disk, watched)
     app[keys.STORE] = Store(db, now=app[keys.CLOCK].time)
     try:
         yield
@@ -252,7 +263,7 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     hub = app[keys.HUB]
     audit = AuditLog(store.append_audit, options.data_dir / "audit.jsonl", clock)
     isolation = plan_local(options) if options.local_runner else None
-    settings = options.fleet_settings()
+    settings = replace(options.fleet_settings(), local_isolation=isolation)
     if isolation is not None and isolation.off_reason is not None:
         off = f"the local runner is off: {isolation.off_reason}"
         settings = replace(settings, local_runner=False, local_runner_off=off)
@@ -276,7 +287,7 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     app[keys.AUDIT] = audit
     runner: LocalRunner | None = None
     if local is not None and isolation is not None:
-        executor = local_executor(options, isolation)
+        executor = local_executors(options, isolation, store)
         # Well inside the heartbeat timeout, however short an operator sets it.
         interval_s = min(30.0, options.heartbeat_timeout / 4)
         runner = LocalRunner(
@@ -344,16 +355,11 @@ def _serve(options: ServerOptions) -> int:
             app[keys.BACKGROUND].add(asyncio.create_task(announce_takeover()))
 
     app.on_startup.append(announce)
+    # Process-wide, so only here; before listening, so the banner follows it.
+    print(raise_open_file_limit(), flush=True)
+    guard = ConnectionGuard(options.limits)
     try:
-        web.run_app(
-            app,
-            host=options.host,
-            port=options.port,
-            ssl_context=ssl_context,
-            print=None,
-            access_log=None,
-            shutdown_timeout=10.0,
-        )
+        run_guarded(app, guard, options.host, options.port, ssl_context)
     except OSError as error:
         print(f"error: cannot listen on {options.host}:{options.port}: {error}", file=sys.stderr)
         return 1

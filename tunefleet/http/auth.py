@@ -3,12 +3,18 @@
 The HTTP layer only extracts and hashes tokens; an ``Authenticator`` the orchestrator puts
 on the app (``AUTHENTICATOR_KEY``) maps hashes to principals over storage. Failures go to
 the optional ``AUTH_FAILURE_HOOK_KEY`` callable for the audit log; it gets the request,
-the kind ("worker" | "api") and a reason, never the token.
+the kind ("worker" | "api" | "upload") and a reason, never the token.
+
+A refused credential also counts against its client's address (``auth_throttle``, when
+the app has one): past the address's budget, credentials that have not authenticated
+lately get 429 before any lookup, and only the first failure of a window reaches the hook
+(the rest are summed up in one audit event when the window closes).
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, NoReturn, Protocol
@@ -16,7 +22,10 @@ from typing import Literal, NoReturn, Protocol
 import structlog
 from aiohttp import web
 
+from tunefleet.http import keys
+from tunefleet.http.auth_throttle import client_key, throttle_of
 from tunefleet.http.errors import ApiError
+from tunefleet.http.principal_streams import STREAM_MARK_KEY, principal_streams
 from tunefleet.http.tokens import API_TOKEN_PREFIX, WORKER_TOKEN_PREFIX, hash_token
 
 log = structlog.get_logger(__name__)
@@ -122,7 +131,8 @@ Principal = ApiPrincipal | WorkerPrincipal
 
 class Authenticator(Protocol):
     """Maps token hashes to principals; None means unknown or revoked. resolve_api raises
-    UserDisabled for a token of a disabled user."""
+    UserDisabled for a token of a disabled user. ``resolve_worker`` must answer from
+    memory: it is asked even while the client's address is throttled."""
 
     async def resolve_api(self, token_hash: str) -> ApiPrincipal | None: ...
 
@@ -175,7 +185,10 @@ def _authenticator(request: web.Request) -> Authenticator:
 
 
 async def report_auth_failure(request: web.Request, kind: AuthKind, reason: str) -> None:
-    """Log the failure and tell the audit hook; a failing hook never changes the response."""
+    """Count, log and tell the audit hook of one failure, recorded on its own (a refused
+    permission, a worker reaching for another's; a refused credential through
+    ``refuse_credential``). A failing hook never changes the response."""
+    count_auth_failure(request, kind)
     log.info(
         "auth_failed",
         kind=kind,
@@ -193,6 +206,73 @@ async def report_auth_failure(request: web.Request, kind: AuthKind, reason: str)
             await result
     except Exception:
         log.exception("auth_failure_hook_failed", kind=kind, path=request.path)
+
+
+def count_auth_failure(request: web.Request, kind: str) -> None:
+    """Every failure is counted in the metrics, whether or not it is recorded on its own."""
+    metrics = request.app.get(keys.METRICS)
+    if metrics is not None:
+        metrics.auth_failures.labels(kind=kind).inc()
+        if request.path == "/api/workers/register":
+            metrics.registrations.labels(outcome="rejected").inc()
+
+
+def throttle_wait_s(request: web.Request, credential_hash: str | None) -> float:
+    """0, or how long the client's address must wait: it is past its failed sign-ins and
+    this credential has not authenticated lately (then ``refuse_throttled``)."""
+    throttle = throttle_of(request)
+    if throttle is None:
+        return 0.0
+    return throttle.wait_s(client_key(request.remote), credential_hash)
+
+
+def refuse_throttled(request: web.Request, kind: AuthKind, wait_s: float) -> NoReturn:
+    """429 with Retry-After, before any lookup; not recorded on its own (the address's
+    window summary counts it)."""
+    count_auth_failure(request, kind)
+    throttle = throttle_of(request)
+    if throttle is not None:
+        target = f"{request.method} {request.path}"
+        throttle.refused_unchecked(client_key(request.remote), kind, target)
+    retry_after = max(1, math.ceil(wait_s))
+    raise ApiError(
+        429,
+        f"too many failed sign-ins from this address; try again in {retry_after} s "
+        "with a valid token",
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def admit_credential(request: web.Request, kind: AuthKind, credential_hash: str | None) -> None:
+    """429 unless the credential may be looked up (``throttle_wait_s``)."""
+    wait_s = throttle_wait_s(request, credential_hash)
+    if wait_s > 0:
+        refuse_throttled(request, kind, wait_s)
+
+
+def credential_good(request: web.Request, credential_hash: str) -> None:
+    """A credential that authenticated: it keeps passing while its address is throttled."""
+    throttle = throttle_of(request)
+    if throttle is not None:
+        throttle.succeeded(credential_hash)
+
+
+async def refuse_credential(
+    request: web.Request, kind: AuthKind, reason: str, credential_hash: str | None
+) -> None:
+    """A missing, unknown or revoked credential: counted against the client's address, and
+    recorded on its own when it is the first of the address's window (the rest are summed
+    up when the window closes). The caller then raises its 401."""
+    throttle = throttle_of(request)
+    if throttle is None:
+        await report_auth_failure(request, kind, reason)
+        return
+    target = f"{request.method} {request.path}"
+    address = client_key(request.remote)
+    if throttle.failed(address, kind, reason, target, credential_hash):
+        await report_auth_failure(request, kind, reason)
+    else:
+        count_auth_failure(request, kind)
 
 
 async def require_api(
@@ -232,14 +312,23 @@ async def require_worker(request: web.Request) -> WorkerPrincipal:
 
 
 async def _authenticate_api(request: web.Request) -> ApiPrincipal:
-    """The bearer token's principal, kept on the request; 401 without one."""
+    """The bearer token's principal, kept on the request; 401 without one (429 first
+    when its address is throttled)."""
     token, reason = _bearer(request)
+    token_hash = hash_token(token) if token is not None else None
+    admit_credential(request, "api", token_hash)
+    streams = principal_streams(request)
+    if streams is not None:  # before the lookup: a revoke after it still ends the stream
+        request[STREAM_MARK_KEY] = streams.mark()
     principal = None
-    if token is not None:
+    if token_hash is not None:
         try:
-            principal = await _authenticator(request).resolve_api(hash_token(token))
+            principal = await _authenticator(request).resolve_api(token_hash)
         except UserDisabled as disabled:
-            await report_auth_failure(request, "api", f"user {disabled.user} is disabled")
+            # Refused like a revoked token: counted against the address, recorded once
+            # a window.
+            why = f"user {disabled.user} is disabled"
+            await refuse_credential(request, "api", why, token_hash)
             raise ApiError(
                 401,
                 f"API token of user {disabled.user}, who is disabled; an admin can enable "
@@ -248,26 +337,40 @@ async def _authenticate_api(request: web.Request) -> ApiPrincipal:
             ) from None
         reason = "unknown or revoked API token"
     if principal is None:
-        await report_auth_failure(request, "api", reason)
+        await refuse_credential(request, "api", reason, token_hash)
         wrong_kind = token is not None and token.startswith(WORKER_TOKEN_PREFIX)
         detail = WORKER_TOKEN_AS_API if wrong_kind else API_UNAUTHORIZED
         raise ApiError(401, detail, headers={"WWW-Authenticate": "Bearer"})
+    if token_hash is not None:
+        credential_good(request, token_hash)
     request[API_PRINCIPAL_KEY] = principal
     return principal
 
 
 async def authenticate_worker(request: web.Request) -> WorkerPrincipal:
-    """The X-Worker-Token's principal, kept on the request; 401 without one. What a
-    route declared ``auth="worker"`` runs first (``authorize``)."""
+    """The X-Worker-Token's principal, kept on the request; 401 without one (429 first
+    when its address is throttled). What a route declared ``auth="worker"`` runs first
+    (``authorize``)."""
     token = extract_worker_token(request)
-    if token is None:
-        await report_auth_failure(request, "worker", f"no {WORKER_TOKEN_HEADER} header")
+    token_hash = hash_token(token) if token is not None else None
+    wait_s = throttle_wait_s(request, token_hash)
+    if token is None or token_hash is None:
+        if wait_s > 0:
+            refuse_throttled(request, "worker", wait_s)
+        reason = f"no {WORKER_TOKEN_HEADER} header"
+        await refuse_credential(request, "worker", reason, None)
         raise ApiError(401, WORKER_UNAUTHORIZED)
-    principal = await _authenticator(request).resolve_worker(hash_token(token))
+    # Worker tokens are resolved in memory, so even a throttled address's are: a worker
+    # behind a guesser's NAT keeps (or, after a restart, regains) its place.
+    principal = await _authenticator(request).resolve_worker(token_hash)
+    if principal is None and wait_s > 0:
+        refuse_throttled(request, "worker", wait_s)
     if principal is None:
-        await report_auth_failure(request, "worker", "unknown or revoked worker token")
+        reason = "unknown or revoked worker token"
+        await refuse_credential(request, "worker", reason, token_hash)
         wrong_kind = token.startswith(API_TOKEN_PREFIX)
         raise ApiError(401, API_TOKEN_AS_WORKER if wrong_kind else WORKER_UNAUTHORIZED)
+    credential_good(request, token_hash)
     request[WORKER_PRINCIPAL_KEY] = principal
     return principal
 

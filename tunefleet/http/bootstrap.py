@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import TYPE_CHECKING
 
 import structlog
 
+from tunefleet.errors import TunefleetError
 from tunefleet.http.auth import ALL_PERMISSIONS
 from tunefleet.http.tokens import hash_token, new_api_token
+from tunefleet.jobconfigs import ConfigCatalog
 
 if TYPE_CHECKING:
     from tunefleet.actors.local_isolation import LocalIsolation
@@ -18,8 +21,13 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 ADMIN_TOKEN_NAME = "admin"
-# The user the admin token belongs to; migration 9 creates it in every database.
+# The user the admin token belongs to; migration 10 creates it in every database.
 ADMIN_USER_NAME = "admin"
+EXAMPLE_CONFIG = "tiny-example"
+INLINE_EXAMPLE = {
+    "tunefleet_command": ["python", "-m", "tunefleet.examples.tiny_trainer"],
+    "max_train_steps": 50,
+}
 
 
 async def ensure_admin_token(store: Store, given: str | None) -> str | None:
@@ -91,9 +99,9 @@ def startup_banner(
         '      -d \'{"name": "gpu-worker-1", "worker_type": "persistent"}\'',
         "  Connect it (on the GPU machine, with the token from that response):",
         f"    {worker}",
-        "  Submit a job:",
+        _submit_heading(local),
         f'    {curl} -X POST {url}/api/queue/submit -H "Authorization: Bearer {token_ref}" \\',
-        '      -d \'{"config_name": "tiny-example", "target": "auto"}\'',
+        f"      -d '{_example_job(options)}'",
     ]
     if trust is not None:
         lines.append(
@@ -105,6 +113,26 @@ def startup_banner(
             "  (Listening on loopback only: use --host 0.0.0.0 for workers on other machines.)"
         )
     return "\n".join(lines)
+
+
+def _submit_heading(local: LocalIsolation | None) -> str:
+    """Where the suggested job runs: with the admin token, ``auto`` falls back to the
+    local runner wherever it runs admins' jobs."""
+    if local is not None and local.off_reason is None:
+        return "  Submit a job (with no worker connected, it runs here, on the local runner):"
+    return "  Submit a job (it waits for a worker: the local runner is off):"
+
+
+def _example_job(options: ServerOptions) -> str:
+    """The sample configuration where the configs directory has it, else the same
+    trainer inline (the admin token may name the command), so the line works as printed."""
+    try:
+        ConfigCatalog(options.configs_dir).load(EXAMPLE_CONFIG)
+    except TunefleetError:
+        body: dict[str, object] = {"config": INLINE_EXAMPLE, "target": "auto"}
+    else:
+        body = {"config_name": EXAMPLE_CONFIG, "target": "auto"}
+    return json.dumps(body)
 
 
 def standby_banner(options: ServerOptions) -> str:

@@ -2,7 +2,7 @@
 else is told it does not exist (404, never 403: no existence leak). A researcher cancels
 their own jobs, a lead their teams' too, an admin (queue.admin) any.
 
-Jobs stored before users existed belong to the user admin (migration 9); one with no
+Jobs stored before users existed belong to the user admin (migration 10); one with no
 owner at all (made straight through storage) is an admin's to see.
 """
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from tunefleet.actors.fleet import Fleet
     from tunefleet.artifacts.service import Artifacts
     from tunefleet.audit import AuditLog
+    from tunefleet.disk_guard import DiskGuard
     from tunefleet.http.app import ServerOptions
     from tunefleet.http.leadership import Leadership
     from tunefleet.http.stream_watch import StreamWatch
@@ -38,3 +39,5 @@ LEADERSHIP: web.AppKey[Leadership] = web.AppKey("leadership")
 # What the process does when it loses leadership (the real server exits with code 3).
 STEP_DOWN: web.AppKey[Callable[[str], None]] = web.AppKey("step_down")
 BACKGROUND: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("background")
+# The free-disk floor (--min-free-disk) that bulk writes are checked against.
+DISK_GUARD: web.AppKey[DiskGuard] = web.AppKey("disk_guard")

@@ -42,6 +42,7 @@ _STANDARD_ERRORS = {
     "worker": (401, "Invalid worker token"),
     "api": (401, "Missing or invalid API token; send Authorization: Bearer <token>"),
     "internal": (500, "Internal error; the detail names a request id to find in the log"),
+    "throttled": (429, "Too many failed sign-ins from this address; retry after Retry-After s"),
 }
 EVENT_STREAM = "text/event-stream"
 # What OpenAPI 3.1 tools read a text/event-stream schema as: one event. Every tunefleet
@@ -360,6 +361,7 @@ def _responses(spec: RouteSpec, refs: Refs) -> dict[str, Any]:
         standard.append(_STANDARD_ERRORS["too_large"])
     if spec.auth.kind in ("worker", "api"):
         standard.append(_STANDARD_ERRORS[spec.auth.kind])
+        standard.append(_STANDARD_ERRORS["throttled"])
     if spec.auth.permission:
         standard.append((403, f"Permission denied: {spec.auth.permission}"))
     standard.append(_STANDARD_ERRORS["internal"])

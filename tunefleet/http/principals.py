@@ -46,7 +46,7 @@ class Principals:
         self._built: dict[str, _Built] = {}
 
     async def resolve(self, store: Store, token_hash: str, row: ApiTokenRow) -> ApiPrincipal | None:
-        """None for a token that names no user (none should: migration 9 gave every
+        """None for a token that names no user (none should: migration 10 gave every
         token one); UserDisabled for a disabled user's."""
         if row.user_id is None:
             return None

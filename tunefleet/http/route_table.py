@@ -30,6 +30,14 @@ def success_response() -> web.Response:
     return web.Response(body=_SUCCESS_BODY, headers=_SUCCESS_HEADERS)
 
 
+def check_disk(request: web.Request, what: str) -> None:
+    """507 when the disk is below the free-space floor (--min-free-disk): for new bulk
+    data only (log lines, artifact bytes, new jobs), never for reads or heartbeats."""
+    guard = request.app.get(keys.DISK_GUARD)
+    if guard is not None:
+        guard.check(what)
+
+
 def fleet_of(request: web.Request) -> Fleet:
     fleet = request.app.get(keys.FLEET)
     if fleet is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from tunefleet import __version__
+from tunefleet.actors.clock import RealClock
 from tunefleet.audit import AuditKind
 from tunefleet.http import (  # noqa: F401 - importing declares their routes
     keys,
@@ -24,10 +25,14 @@ from tunefleet.http.auth import (
     ApiPrincipal,
     WorkerPrincipal,
 )
+from tunefleet.http.auth_audit import FailureWindowAudit
+from tunefleet.http.auth_throttle import AUTH_THROTTLE_KEY, AuthThrottle
 from tunefleet.http.openapi import openapi_handler
+from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, PrincipalStreams
 from tunefleet.http.principals import Principals
 from tunefleet.http.route_table import routes
 from tunefleet.http.stream_watch import StreamWatch
+from tunefleet.limits import Limits
 
 # An API token's last use is recorded at most this often: one write a minute, not one
 # per request.
@@ -62,11 +67,7 @@ class FleetAuthenticator:
 
 
 async def audit_auth_failure(request: web.Request, kind: str, reason: str) -> None:
-    metrics = request.app.get(keys.METRICS)
-    if metrics is not None:
-        metrics.auth_failures.labels(kind=kind).inc()
-        if request.path == "/api/workers/register":
-            metrics.registrations.labels(outcome="rejected").inc()
+    # Counted in the metrics by auth.report_auth_failure, which calls this.
     audit = request.app.get(keys.AUDIT)
     if audit is None:
         return
@@ -90,6 +91,28 @@ def build_routes(app: web.Application) -> None:
     app[AUTHENTICATOR_KEY] = FleetAuthenticator(app)
     app[AUTH_FAILURE_HOOK_KEY] = audit_auth_failure
     app[keys.OPEN_STREAMS] = StreamWatch()
+    app[PRINCIPAL_STREAMS_KEY] = PrincipalStreams()
+    install_auth_throttle(app)
     routes.add_to(app)
     app.router.add_get("/api/openapi.json", openapi_handler(routes, __version__))
     ui.add_routes(app, headers_hook=False)  # build_app's one prepare hook sets them
+
+
+def install_auth_throttle(app: web.Application) -> None:
+    """Failed sign-ins per address, bounded by the server's limits; each window summed up
+    in the audit log, the open ones at shutdown (before the audit log closes)."""
+    options = app.get(keys.OPTIONS)
+    limits = options.limits if options is not None else Limits()
+    window_audit = FailureWindowAudit(app)
+    app[AUTH_THROTTLE_KEY] = AuthThrottle(
+        limits.auth_failures_per_window,
+        limits.auth_failure_window_s,
+        app.get(keys.CLOCK) or RealClock(),
+        window_audit,
+    )
+
+    async def close_windows(app: web.Application) -> None:
+        app[AUTH_THROTTLE_KEY].close()
+        await window_audit.drain()
+
+    app.on_shutdown.append(close_windows)

@@ -12,6 +12,7 @@ from tunefleet.http import keys
 from tunefleet.http.auth import ADMIN_USERS, ALL_PERMISSIONS, check_grantable, require_api
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
+from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, api_token_owner
 from tunefleet.http.roles import beyond_ceiling, user_ceiling
 from tunefleet.http.route_table import actor_name, fleet_of, principal_of, routes
 from tunefleet.http.schemas_admin import (
@@ -300,6 +301,8 @@ async def revoke_api_token(request: web.Request) -> web.StreamResponse:
     store = request.app[keys.STORE]
     if not await store.revoke_api_token(int(raw)):
         raise ApiError(404, f"API token not found or already revoked: {raw}")
+    # Its open streams end now, before anything else is written to them.
+    request.app[PRINCIPAL_STREAMS_KEY].end(api_token_owner(str(int(raw))))
     await request.app[keys.AUDIT].record(
         AuditKind.API_TOKEN_REVOKED, actor=actor_name(request), target=f"api_token:{raw}"
     )

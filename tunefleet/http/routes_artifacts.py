@@ -11,6 +11,7 @@ raw bytes in and out, which OpenAPI cannot describe faithfully.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import HttpVersion11, web
@@ -20,10 +21,12 @@ from tunefleet.artifacts.keys import check_key, check_prefix, is_manifest
 from tunefleet.artifacts.service import MAX_MANIFEST_BYTES, Artifacts, UploadDenied, UploadScope
 from tunefleet.artifacts.store import MAX_PARTS, PART_BYTES, Checks
 from tunefleet.http import keys
-from tunefleet.http.auth import report_auth_failure
+from tunefleet.http.auth import admit_credential, credential_good, refuse_credential
 from tunefleet.http.body import parse_body, read_body
-from tunefleet.http.errors import ApiError
-from tunefleet.http.route_table import routes
+from tunefleet.http.byte_ranges import refuse_unsatisfiable
+from tunefleet.http.errors import ApiError, error_response
+from tunefleet.http.route_table import check_disk, routes
+from tunefleet.http.tokens import hash_token
 from tunefleet.storage.store_artifacts import ArtifactRow
 
 UPLOAD_TOKEN_HEADER = "X-Upload-Token"
@@ -47,18 +50,35 @@ def artifacts_of(request: web.Request) -> Artifacts:
     return artifacts
 
 
+def _upload_token_hash(request: web.Request) -> str | None:
+    token = request.headers.get(UPLOAD_TOKEN_HEADER, "").strip()
+    return hash_token(token) if token else None
+
+
 async def _scope(request: web.Request) -> tuple[Artifacts, UploadScope]:
     artifacts = artifacts_of(request)
+    token_hash = _upload_token_hash(request)
+    admit_credential(request, "upload", token_hash)
     try:
         scope = await artifacts.scope_for(request.headers.get(UPLOAD_TOKEN_HEADER))
     except UploadDenied as denied:
-        await report_auth_failure(request, "upload", str(denied))
+        await refuse_credential(request, "upload", str(denied), token_hash)
         raise ApiError(401, str(denied)) from None
+    if token_hash is not None:
+        credential_good(request, token_hash)
     return artifacts, scope
 
 
 def _key(request: web.Request) -> str:
     return check_key(request.match_info["key"])
+
+
+def _bytes_in(request: web.Request) -> AsyncIterator[bytes]:
+    """The body's bytes for the data-directory store, stopped with 507 if the disk falls
+    below the free-space floor on the way (a bucket store's bytes never come here)."""
+    chunks = request.content.iter_any()
+    guard = request.app.get(keys.DISK_GUARD)
+    return chunks if guard is None else guard.watch(chunks, "artifact bytes")
 
 
 def _redirect(url: str) -> web.Response:
@@ -102,6 +122,10 @@ async def redirect_before_the_body(request: web.Request) -> web.StreamResponse |
     client sends a byte of its body, so the bytes cross the network once, to the bucket.
     Otherwise (and on any error, which the handler then answers) 100 Continue."""
     artifacts = request.app.get(keys.ARTIFACTS)
+    try:
+        admit_credential(request, "upload", _upload_token_hash(request))
+    except ApiError as throttled:  # answered before the body, and before any lookup
+        return error_response(throttled.status, throttled.detail, throttled.headers)
     if artifacts is not None and artifacts.store.presigns:
         with contextlib.suppress(Exception):
             scope = await artifacts.scope_for(request.headers.get(UPLOAD_TOKEN_HEADER))
@@ -131,12 +155,13 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
     location = await _bucket_location(request, artifacts, scope, key)
     if location is not None:
         return _redirect(location)
+    # Past here the bytes are stored by the orchestrator: on its disk, unless a bucket.
+    if not store.presigns:
+        check_disk(request, "artifact bytes")
     if "uploadId" in request.query:
         await _multipart(artifacts, scope, key, request.query["uploadId"])
         number = _part_number(request)
-        part = await store.put_part(
-            request.query["uploadId"], number, request.content.iter_any(), checks
-        )
+        part = await store.put_part(request.query["uploadId"], number, _bytes_in(request), checks)
         return web.json_response({"etag": part.etag}, headers={"ETag": f'"{part.etag}"'})
     if is_manifest(key):
         data = await read_body(request, MAX_MANIFEST_BYTES)
@@ -144,7 +169,7 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
             row = await artifacts.put_manifest(scope, key, data, request.remote)
     else:
         async with artifacts.writing(scope.job_id, key):
-            obj = await store.put(scope.job_id, key, request.content.iter_any(), checks)
+            obj = await store.put(scope.job_id, key, _bytes_in(request), checks)
             row = await artifacts.stored(scope, key, obj, request.remote)
     body = {"key": row.key, "size": row.size, "sha256": row.sha256}
     return web.json_response(body, headers={"ETag": f'"{row.sha256}"'})
@@ -155,6 +180,8 @@ async def artifact_multipart(request: web.Request) -> web.StreamResponse:
     artifacts, scope = await _scope(request)
     key = _key(request)
     store = artifacts.store
+    if not store.presigns:  # starting an upload, or assembling its parts into the object
+        check_disk(request, "artifact bytes")
     if "uploads" in request.query:
         if is_manifest(key):
             raise ApiError(400, "send a manifest in one PUT, not in parts")
@@ -229,16 +256,20 @@ async def stored_row(artifacts: Artifacts, job_id: str, key: str) -> ArtifactRow
 async def serve_object(
     request: web.Request, artifacts: Artifacts, job_id: str, key: str, actor: str
 ) -> web.StreamResponse:
-    """The bytes of a stored object (HTTP Range through FileResponse), or a redirect to a
-    presigned URL when a bucket holds it."""
+    """The bytes of a stored object (HTTP Range through FileResponse; 416 for a range no
+    byte satisfies, which is no download), or a redirect to a presigned URL when a bucket
+    holds it."""
     row = await stored_row(artifacts, job_id, key)
-    await artifacts.downloaded(job_id, key, actor, request.remote)
     store = artifacts.store
     if store.presigns:
+        await artifacts.downloaded(job_id, key, actor, request.remote)
         return _redirect(store.presign_get(job_id, key))
     path = store.local_path(job_id, key)
     if path is None or not path.is_file():
         raise ApiError(404, f"artifact not found: {key} (its record has no bytes)")
+    found = path.stat()
+    refuse_unsatisfiable(request, found.st_size, found.st_mtime)
+    await artifacts.downloaded(job_id, key, actor, request.remote)
     headers = {"Content-Type": "application/octet-stream"}
     if row.sha256:
         headers["X-Artifact-SHA256"] = row.sha256

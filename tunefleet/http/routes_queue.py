@@ -14,7 +14,7 @@ from tunefleet.actors.records import JobRecord
 from tunefleet.commands import chooses_program
 from tunefleet.fsm.job import JobState
 from tunefleet.http import keys
-from tunefleet.http.auth import QUEUE_COMMAND, QUEUE_LOCAL, require_api
+from tunefleet.http.auth import QUEUE_COMMAND, require_api
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
 from tunefleet.http.job_access import (
@@ -24,7 +24,8 @@ from tunefleet.http.job_access import (
     visible_job,
 )
 from tunefleet.http.job_views import job_detail, job_summary, log_line_view
-from tunefleet.http.route_table import actor_name, fleet_of, principal_of, routes
+from tunefleet.http.local_target import decide_local
+from tunefleet.http.route_table import actor_name, check_disk, fleet_of, principal_of, routes
 from tunefleet.http.schemas_queue import (
     CancelJobRequest,
     CancelJobResponse,
@@ -54,13 +55,16 @@ _JOB_NOT_FOUND = {404: "Job not found"}
     response=SubmitJobResponse,
     auth="api:queue.submit",
     errors={
-        400: "Unknown config_name, invalid config, or a target this orchestrator lacks",
+        400: "Unknown config_name, invalid config, or a target this orchestrator lacks "
+        "(or cannot run isolated for this submitter)",
         403: "Choosing the command needs queue.command; target local needs queue.local; "
         "team must be one of the submitter's",
         404: "Unknown team",
+        507: "The orchestrator's disk is below its free-space floor; submit once it has room",
     },
 )
 async def submit_job(request: web.Request) -> web.StreamResponse:
+    check_disk(request, "a new job")
     body = await parse_body(request, SubmitJobRequest)
     principal = principal_of(request)
     team = await team_for_submit(request, principal, body.team)
@@ -75,14 +79,7 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
     why = chooses_program(chosen, body.env)
     if why is not None:
         await require_api(request, QUEUE_COMMAND, needed_for=why)
-    target = body.target
-    if target == "local":
-        await require_api(request, QUEUE_LOCAL, needed_for="target local")
-        if not settings.local_runner:
-            off = settings.local_runner_off or "this orchestrator runs with --no-local-runner"
-            raise ApiError(400, f"target local, but {off}; use target worker or auto")
-    elif target == "auto" and not principal.has(QUEUE_LOCAL):
-        target = "worker"  # auto's local fallback is running locally: wait for a worker
+    local = await decide_local(request, body.target, settings)
     gpu_count = body.gpu_count
     if gpu_count is None:
         gpu_count = job_gpu_count_from_config(config) or 0
@@ -90,7 +87,7 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
         job_id="",
         seq=0,
         state=JobState.PENDING,
-        target=target,
+        target=local.target,
         config=config,
         config_name=body.config_name,
         name=body.name or body.config_name,
@@ -108,6 +105,7 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
         timeout_minutes=body.timeout_minutes,
         user_name=principal.user,
         team_name=team,
+        local_unisolated=local.local_unisolated,
     )
     return web.json_response(await fleet.submit(rec, actor_name(request)))
 

@@ -18,6 +18,7 @@ from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
 from tunefleet.http.route_table import (
     audit_foreign_job,
+    check_disk,
     check_worker_id,
     fleet_of,
     routes,
@@ -232,9 +233,14 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
     request=JobLogsRequest,
     response=LogBatchResponse,
     auth="worker",
-    errors={403: "Worker not assigned to this job", 404: "Job not found"},
+    errors={
+        403: "Worker not assigned to this job",
+        404: "Job not found",
+        507: "The orchestrator's disk is below its free-space floor; send the lines later",
+    },
 )
 async def report_job_logs(request: web.Request) -> web.StreamResponse:
+    check_disk(request, "log lines")
     # A full batch (1000 lines of up to 8 KiB) is larger than the default body limit.
     body = await parse_body(request, JobLogsRequest, max_bytes=_MAX_LOG_BATCH_BYTES)
     lines = [line.model_dump() for line in body.lines]

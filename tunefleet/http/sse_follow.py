@@ -1,4 +1,8 @@
-"""Server-Sent Event streams for people: the live event feed and a job's log follow."""
+"""Server-Sent Event streams for people: the live event feed and a job's log follow.
+
+Each is held under the API token that opened it (tunefleet/http/principal_streams.py):
+revoking the token ends it, and nothing is sent once it has been ended.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from tunefleet.http import keys
 from tunefleet.http.auth import ADMIN_WORKERS, API_PRINCIPAL_KEY
 from tunefleet.http.job_access import SeenJobs, viewer_of
 from tunefleet.http.job_views import log_line_view
+from tunefleet.http.principal_streams import HeldStream, held_stream
 
 if TYPE_CHECKING:
     from tunefleet.storage.store import Store
@@ -32,21 +37,40 @@ async def _start(request: web.Request) -> EventSourceResponse:
     return sse
 
 
-async def _send(sse: EventSourceResponse, kind: str, data: dict[str, Any], id_: Any = None) -> None:
-    payload = json.dumps({"type": kind, **data}, separators=(",", ":"), default=str)
-    await sse.send(payload, event=kind, id=str(id_) if id_ is not None else None)
+class StreamEnded(Exception):
+    """The stream's credential was revoked (or narrowed): send nothing more."""
 
 
-async def _next(sub: Subscription, sse: EventSourceResponse) -> HubEvent | None:
+class _Feed:
+    """An open SSE response that refuses to write once its held stream has ended."""
+
+    __slots__ = ("held", "sse")
+
+    def __init__(self, sse: EventSourceResponse, held: HeldStream) -> None:
+        self.sse = sse
+        self.held = held
+
+    async def send(self, kind: str, data: dict[str, Any], id_: Any = None) -> None:
+        if self.held.ended:
+            raise StreamEnded
+        payload = json.dumps({"type": kind, **data}, separators=(",", ":"), default=str)
+        await self.sse.send(payload, event=kind, id=str(id_) if id_ is not None else None)
+
+
+# What ends a stream's loop without an error of the server's own.
+_ENDINGS = (ConnectionResetError, TimeoutError, RuntimeError, StreamEnded)
+
+
+async def _next(sub: Subscription, feed: _Feed) -> HubEvent | None:
     """The next hub event, or None once the subscription ended; sends a ping while
     waiting so dead clients are noticed."""
     while not sub.ended:
         try:
             event = await asyncio.wait_for(sub.queue.get(), timeout=_PING_S)
         except TimeoutError:
-            await _send(sse, "ping", {})
+            await feed.send("ping", {})
             continue
-        return None if event.kind == CLOSING else event
+        return None if event.kind == CLOSING or sub.closed else event
     return None
 
 
@@ -73,17 +97,18 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         kinds = (kinds or hub.known_kinds()) - _WORKER_KINDS
     # Job events only of the jobs the principal may see; None: an admin sees them all.
     seen = SeenJobs(request, principal) if viewer_of(principal) is not None else None
-    with hub.subscribe(kinds) as sub:
+    with hub.subscribe(kinds) as sub, held_stream(request, principal, sub.close) as held:
         sse = await _start(request)
-        await _send(sse, "hello", {"subscribers": hub.subscriber_count})
-        with contextlib.suppress(ConnectionResetError, TimeoutError, RuntimeError):
-            while (event := await _next(sub, sse)) is not None:
+        feed = _Feed(sse, held)
+        with contextlib.suppress(*_ENDINGS):
+            await feed.send("hello", {"subscribers": hub.subscriber_count})
+            while (event := await _next(sub, feed)) is not None:
                 job_id = event.data.get("job_id")
                 if seen is not None and job_id is not None and not await seen.allows(job_id):
                     continue
-                await _send(sse, event.kind, event.data, event.seq)
+                await feed.send(event.kind, event.data, event.seq)
             if sub.overflowed:
-                await _send(sse, "overflow", {"detail": "fell behind; reload and reconnect"})
+                await feed.send("overflow", {"detail": "fell behind; reload and reconnect"})
     return await _finish(sse)
 
 
@@ -104,24 +129,27 @@ async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> w
     """
     hub = request.app[keys.HUB]
     store = request.app[keys.STORE]
-    with hub.subscribe(frozenset({"job_logs", "job"})) as sub:
+    principal = request[API_PRINCIPAL_KEY]
+    subscribed = hub.subscribe(frozenset({"job_logs", "job"}))
+    with subscribed as sub, held_stream(request, principal, sub.close) as held:
         sse = await _start(request)
+        feed = _Feed(sse, held)
         cursor = max(0, from_seq - 1)
-        with contextlib.suppress(ConnectionResetError, TimeoutError, RuntimeError):
-            cursor = await _send_stored_lines(sse, store, job_id, cursor)
+        with contextlib.suppress(*_ENDINGS):
+            cursor = await _send_stored_lines(feed, store, job_id, cursor)
             job = await store.get_job(job_id)
             if job is not None and job.state in TERMINAL_JOB_STATES:
-                await _send(sse, "end", {"job_id": job_id, "status": job.state, "error": job.error})
+                end = {"job_id": job_id, "status": job.state, "error": job.error}
+                await feed.send("end", end)
                 return await _finish(sse)
-            while (event := await _next(sub, sse)) is not None:
+            while (event := await _next(sub, feed)) is not None:
                 if event.data.get("job_id") != job_id:
                     continue
                 if event.kind == "job_logs":
-                    cursor = await _send_stored_lines(sse, store, job_id, cursor)
+                    cursor = await _send_stored_lines(feed, store, job_id, cursor)
                 elif event.data.get("status") in TERMINAL_JOB_STATES:
-                    await _send_stored_lines(sse, store, job_id, cursor)
-                    await _send(
-                        sse,
+                    await _send_stored_lines(feed, store, job_id, cursor)
+                    await feed.send(
                         "end",
                         {
                             "job_id": job_id,
@@ -133,14 +161,12 @@ async def follow_job_logs(request: web.Request, job_id: str, from_seq: int) -> w
     return await _finish(sse)
 
 
-async def _send_stored_lines(
-    sse: EventSourceResponse, store: Store, job_id: str, cursor: int
-) -> int:
+async def _send_stored_lines(feed: _Feed, store: Store, job_id: str, cursor: int) -> int:
     """Send the job's stored lines after ``cursor``; returns the new cursor."""
     while True:
         rows = await store.read_logs(job_id, after_id=cursor, limit=_BACKLOG_PAGE)
         for row in rows:
-            await _send(sse, "log", log_line_view(row), row.id)
+            await feed.send("log", log_line_view(row), row.id)
             cursor = row.id
         if len(rows) < _BACKLOG_PAGE:
             return cursor

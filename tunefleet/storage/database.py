@@ -42,7 +42,12 @@ import peewee as pw
 import structlog
 
 from tunefleet.errors import TunefleetError
-from tunefleet.storage.errors import DatabaseClosed, DatabaseUnavailable
+from tunefleet.storage.errors import (
+    DatabaseClosed,
+    DatabaseUnavailable,
+    StorageFull,
+    is_disk_full,
+)
 from tunefleet.storage.migrations import MigrationResult, migrate
 from tunefleet.storage.models import database_proxy
 from tunefleet.storage.statements import Savepoint
@@ -415,8 +420,9 @@ class Database:
             self._rolled_back()
             log.error("storage.write_group_failed", size=len(group), error=str(exc))
             self._failed_writes += len(group) - sum(not ok for ok, _ in outcomes)
+            failure = self._failure(exc)
             for call in group:
-                call.settle(False, exc)
+                call.settle(False, failure)
             return
         kept = False
         for call, (ok, value) in zip(group, outcomes, strict=True):
@@ -446,7 +452,7 @@ class Database:
                 if savepoint.lost:
                     raise  # its changes could not be undone alone: the group fails whole
                 self._failed_writes += 1
-                outcomes.append((False, exc))
+                outcomes.append((False, self._failure(exc)))
                 self._rolled_back()
             else:
                 outcomes.append((True, value))
@@ -460,7 +466,19 @@ class Database:
             transaction.rollback()  # and begins again: the block commits nothing
             self._failed_writes += 1
             self._rolled_back()
-            return False, exc
+            return False, self._failure(exc)
+
+    def _failure(self, exc: Exception) -> Exception:
+        """What a failed write's caller is told: a full disk as StorageFull (507), with
+        what to do; any other error as it is."""
+        if isinstance(exc, StorageFull) or not is_disk_full(exc):
+            return exc
+        full = StorageFull(
+            f"the disk holding the database {self.description} is full, so nothing of this "
+            "write was stored; free space on that disk (writes resume by themselves)"
+        )
+        full.__cause__ = exc
+        return full
 
     def _rolled_back(self) -> None:
         for forget in self._rollback_listeners:

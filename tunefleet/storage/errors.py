@@ -1,5 +1,7 @@
 """Errors the storage layer raises on purpose, each with a one-line message saying what to do."""
 
+import errno
+
 from tunefleet.errors import TunefleetError
 
 
@@ -45,3 +47,40 @@ class LastAdmin(StorageError):
     """The change would leave no enabled admin."""
 
     status = 409
+
+
+class StorageFull(StorageError):
+    """The database's disk is full: the write was not stored (nothing of it was kept)."""
+
+    status = 507
+
+
+# SQLite's SQLITE_FULL; PostgreSQL's disk_full SQLSTATE.
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error`, or one it wraps (peewee keeps the driver's error as its first
+    argument and as its context), says the disk is full."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if getattr(current, "sqlite_errorcode", None) == _SQLITE_FULL:
+            return True
+        if getattr(current, "pgcode", None) == _PG_DISK_FULL:
+            return True
+        if isinstance(current, OSError) and current.errno in _NO_SPACE:
+            return True
+        if "database or disk is full" in str(current):
+            return True
+        wrapped = [a for a in current.args[:1] if isinstance(a, BaseException)]
+        pending.extend([current.__cause__, current.__context__, *wrapped])
+    return False
+
+
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})

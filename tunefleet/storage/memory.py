@@ -42,7 +42,7 @@ def memory_store(now: Now = time.time) -> Store:
         artifacts=MemoryArtifactRepo(now, tables),
         users=MemoryUserRepo(now, tables),
     )
-    # What migration 9 leaves in every database: the first admin in the first team.
+    # What migration 10 leaves in every database: the first admin in the first team.
     repos.users.create_team(FIRST_TEAM)
     repos.users.create_user(FIRST_ADMIN_USER, role=ADMIN_ROLE, teams=[FIRST_TEAM])
     return Store(db, now=now, repos=repos)

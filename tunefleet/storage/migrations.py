@@ -250,20 +250,28 @@ def _drop_covered_attempt_index(database: pw.Database) -> None:
     database.execute_sql('DROP INDEX IF EXISTS "job_attempt_job_id"')
 
 
-# Frozen: what migration 9 creates and hands every existing token and job to.
+def _job_local_unisolated(database: pw.Database) -> None:
+    """Whether a job's submitter controls the orchestrator, so that a local run may be as
+    its own user (issue 28). NULL, older jobs: isolated, as they were submitted."""
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(migrator.add_column("job", "local_unisolated", pw.BooleanField(null=True)))
+
+
+# Frozen: what migration 10 creates and hands every existing token and job to.
 FIRST_ADMIN_USER = "admin"
 FIRST_TEAM = "default"
+# Every permission of releases 8 and 9 (migration 9 added none).
 _RELEASE_8_PERMISSIONS = frozenset(
     {"admin.workers", "queue.submit", "queue.admin", "audit.read", "queue.command", "queue.local"}
 )
-_RELEASE_9_NEW_PERMISSIONS = ("admin.users", "queue.approve", "usage.read")
+_RELEASE_10_NEW_PERMISSIONS = ("admin.users", "queue.approve", "usage.read")
 
 
 def _users_and_teams(database: pw.Database) -> None:
     """Users, teams and memberships (issue 24). The user `admin` (role admin) in the team
     `default` receives every existing API token and job, so nothing changes hands and a
     single-user install goes on as before; tokens that held every permission of release 8
-    gain the three new ones, as migration 4 did for its two."""
+    (and 9) gain the three new ones, as migration 4 did for its two."""
 
     class User(pw.Model):
         id = pw.AutoField()
@@ -325,7 +333,7 @@ def _users_and_teams(database: pw.Database) -> None:
     for row in list(tokens.select(token_id, permissions).dicts()):
         held = json.loads(row["permissions"] or "[]")
         if set(held) >= _RELEASE_8_PERMISSIONS:
-            added = held + [p for p in _RELEASE_9_NEW_PERMISSIONS if p not in held]
+            added = held + [p for p in _RELEASE_10_NEW_PERMISSIONS if p not in held]
             text = json.dumps(added, separators=(",", ":"))
             tokens.update(permissions=text).where(token_id == row["id"]).execute()
 
@@ -347,7 +355,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         "drop job_attempt's index on job_id that (job_id, number) covers",
         _drop_covered_attempt_index,
     ),
-    Migration(9, "users, teams and memberships; tokens and jobs belong to one", _users_and_teams),
+    Migration(9, "job local_unisolated", _job_local_unisolated),
+    Migration(10, "users, teams and memberships; tokens and jobs belong to one", _users_and_teams),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

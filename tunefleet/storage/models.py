@@ -178,7 +178,7 @@ class ApiToken(BaseModel):
     created_at = pw.DoubleField()
     last_used_at = pw.DoubleField(null=True)
     revoked_at = pw.DoubleField(null=True)
-    # Added by migration 9: the user the token acts for. A plain column: users are never
+    # Added by migration 10: the user the token acts for. A plain column: users are never
     # deleted, and storage/store_users.py only ever stores the id of one.
     user_id = pw.IntegerField(null=True)
 
@@ -187,7 +187,7 @@ class ApiToken(BaseModel):
 
 
 class User(BaseModel):
-    """Added by migration 9. Never deleted (disabled instead), never renamed: jobs name
+    """Added by migration 10. Never deleted (disabled instead), never renamed: jobs name
     their user by `name`."""
 
     id = pw.AutoField()
@@ -205,7 +205,7 @@ class User(BaseModel):
 
 
 class Team(BaseModel):
-    """Added by migration 9. Never renamed: jobs name their team by `name`."""
+    """Added by migration 10. Never renamed: jobs name their team by `name`."""
 
     id = pw.AutoField()
     name = pw.CharField(max_length=64, unique=True)
@@ -216,7 +216,7 @@ class Team(BaseModel):
 
 
 class TeamMember(BaseModel):
-    """Added by migration 9: a user in a team; `is_default` marks the team a submit
+    """Added by migration 10: a user in a team; `is_default` marks the team a submit
     without `team` goes to (one per user)."""
 
     id = pw.AutoField()
@@ -259,7 +259,11 @@ class Job(BaseModel):
     error = pw.TextField(null=True)
     wait_reason = pw.TextField(null=True)
     updated_at = pw.DoubleField()
-    # Added by migration 9: whose job it is (names: users and teams are never renamed).
+    # Added by migration 9: its submitter controls the orchestrator, so a local run may be
+    # as the orchestrator's own user (tunefleet/actors/local_isolation.py); None (older
+    # rows): isolated.
+    local_unisolated = pw.BooleanField(null=True)
+    # Added by migration 10: whose job it is (names: users and teams are never renamed).
     user_name = pw.TextField(null=True)
     team_name = pw.TextField(null=True)
 

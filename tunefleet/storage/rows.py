@@ -133,6 +133,7 @@ class JobRow:
     updated_at: float
     user_name: str | None = None
     team_name: str | None = None
+    local_unisolated: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,7 +131,7 @@ def build_peewee_database(config: DatabaseConfig) -> pw.Database:
         path = config.sqlite_path or ":memory:"
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return pw.SqliteDatabase(
+        return _SqliteDatabase(
             path,
             pragmas=[
                 ("journal_mode", "wal"),
@@ -149,3 +149,15 @@ def build_peewee_database(config: DatabaseConfig) -> pw.Database:
     return DeferringPostgresqlDatabase(
         config.pg_database, thread_safe=False, connection_factory=DeferringConnection, **params
     )
+
+
+class _SqliteDatabase(pw.SqliteDatabase):
+    """peewee's SQLite database, but a ROLLBACK of a transaction SQLite has already rolled
+    back itself is skipped. After SQLITE_FULL (or an I/O error, or running out of memory)
+    SQLite may end the transaction on its own; peewee's ROLLBACK then failed with "cannot
+    rollback - no transaction is active", hiding the disk-full error behind it."""
+
+    def rollback(self) -> None:
+        if not self.is_closed() and not self.connection().in_transaction:
+            return
+        super().rollback()

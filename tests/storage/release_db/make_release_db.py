@@ -1,5 +1,6 @@
-"""Build ``release-v8.db``: a SQLite database as the release before users and teams
-(schema version 8, commit e6e2668) leaves it, made through that release's own HTTP API.
+"""Build ``release-v8.db``: a SQLite database as release 8 (schema version 8, commit
+e6e2668: before the local runner's migration 9 and users' migration 10) leaves it, made
+through that release's own HTTP API.
 
 Run once, at that commit, from the repository root:
     .venv/bin/python tests/storage/release_db/make_release_db.py
