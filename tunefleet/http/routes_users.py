@@ -13,7 +13,8 @@ from tunefleet.http import keys
 from tunefleet.http.auth import ALL_PERMISSIONS
 from tunefleet.http.body import parse_body
 from tunefleet.http.errors import ApiError
-from tunefleet.http.roles import user_ceiling
+from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, user_owner
+from tunefleet.http.roles import ADMIN, user_ceiling
 from tunefleet.http.route_table import actor_name, routes
 from tunefleet.http.schemas_users import (
     AddMemberRequest,
@@ -66,6 +67,23 @@ def _store(request: web.Request) -> Store:
 async def _user_response(store: Store, row: UserRow) -> web.Response:
     teams = await store.users.memberships(user=row.name)
     return web.json_response(user_view(row, teams))
+
+
+def _end_streams(request: web.Request, row: UserRow) -> None:
+    """End every stream the user's tokens hold open: what each sends was decided from
+    what the user could see and do when it opened (http/principal_streams.py). Called
+    once the store has committed the change, so a reconnect meets the new state."""
+    streams = request.app.get(PRINCIPAL_STREAMS_KEY)
+    if streams is not None:
+        streams.end(user_owner(row.id))
+
+
+def _narrowed(before: UserRow, after: UserRow) -> bool:
+    """Whether the user may now do or see less than before (a lower role, a grant taken
+    back, no longer an admin, who sees every job)."""
+    if before.role == ADMIN and after.role != ADMIN:
+        return True
+    return not user_ceiling(after.role, after.grants) >= user_ceiling(before.role, before.grants)
 
 
 async def _audit(request: web.Request, kind: AuditKind, target: str, **detail: Any) -> None:
@@ -136,7 +154,7 @@ async def show_user(request: web.Request) -> web.StreamResponse:
 @routes.route(
     "POST",
     "/api/admin/users/{name}/disable",
-    summary="Disable a user: their tokens stop working at once (401)",
+    summary="Disable a user: their tokens stop working (401) and their open streams end",
     response=UserView,
     auth=_AUTH,
     errors={**_USER_404, **_LAST_ADMIN},
@@ -145,6 +163,7 @@ async def disable_user(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
     store = _store(request)
     row = await store.users.set_disabled(name, True)
+    _end_streams(request, row)
     await _audit(request, AuditKind.USER_DISABLED, f"user:{name}")
     return await _user_response(store, row)
 
@@ -177,10 +196,13 @@ async def enable_user(request: web.Request) -> web.StreamResponse:
 async def set_user_role(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
     store = _store(request)
-    if await store.users.user(name) is None:  # before the body: the name is what to fix
+    before = await store.users.user(name)
+    if before is None:  # before the body: the name is what to fix
         raise unknown_user(name)
     body = await parse_body(request, SetRoleRequest)
     row = await store.users.set_role(name, body.role, body.grants)
+    if _narrowed(before, row):
+        _end_streams(request, row)
     detail: dict[str, Any] = {"role": body.role}
     if body.grants is not None:
         detail["grants"] = ",".join(body.grants)
@@ -273,8 +295,12 @@ async def add_team_member(request: web.Request) -> web.StreamResponse:
 )
 async def remove_team_member(request: web.Request) -> web.StreamResponse:
     name, user = request.match_info["name"], request.match_info["user"]
-    if not await _store(request).users.remove_member(name, user):
+    store = _store(request)
+    if not await store.users.remove_member(name, user):
         raise unknown_member(name, user)
+    row = await store.users.user(user)
+    if row is not None:  # the team's jobs are no longer theirs to see
+        _end_streams(request, row)
     await _audit(request, AuditKind.TEAM_MEMBER_REMOVED, f"team:{name}", user=user)
     return web.json_response({"success": True, "team": name, "user": user})
 
