@@ -113,11 +113,14 @@ CREATE TABLE IF NOT EXISTS "job" ("id" VARCHAR(64) NOT NULL PRIMARY KEY,
     "attempts" INTEGER NOT NULL, "timeout_minutes" REAL, "state" VARCHAR(16) NOT NULL,
     "worker_id" VARCHAR(64), "submitted_by" TEXT, "submitted_at" REAL NOT NULL,
     "dispatched_at" REAL, "started_at" REAL, "finished_at" REAL, "progress" TEXT,
-    "error" TEXT, "wait_reason" TEXT, "updated_at" REAL NOT NULL);
+    "error" TEXT, "wait_reason" TEXT, "updated_at" REAL NOT NULL,
+    "local_unisolated" INTEGER, "user_name" TEXT, "team_name" TEXT);
 CREATE UNIQUE INDEX IF NOT EXISTS "job_seq" ON "job" ("seq");
 CREATE INDEX IF NOT EXISTS "job_state_seq" ON "job" ("state", "seq");
 CREATE INDEX IF NOT EXISTS "job_worker_id" ON "job" ("worker_id");
 CREATE INDEX IF NOT EXISTS "job_target_seq" ON "job" ("target", "seq");
+CREATE INDEX IF NOT EXISTS "job_user_name_seq" ON "job" ("user_name", "seq");
+CREATE INDEX IF NOT EXISTS "job_team_name_seq" ON "job" ("team_name", "seq");
 CREATE TABLE IF NOT EXISTS "job_attempt" ("id" INTEGER NOT NULL PRIMARY KEY,
     "job_id" VARCHAR(64) NOT NULL, "number" INTEGER NOT NULL, "worker_id" VARCHAR(64),
     "dispatched_at" REAL NOT NULL, "started_at" REAL, "ended_at" REAL,
@@ -149,9 +152,10 @@ INSERT_JOB = (
     "INSERT INTO job (id, seq, name, config_name, config, dataloader, command, env, target,"
     " worker_labels, gpu_count, min_vram_gb, gpu_name, priority, max_retries, attempts,"
     " timeout_minutes, state, worker_id, submitted_by, submitted_at, dispatched_at,"
-    " started_at, finished_at, progress, error, wait_reason, updated_at)"
+    " started_at, finished_at, progress, error, wait_reason, updated_at, local_unisolated,"
+    " user_name, team_name)"
     " VALUES (?, ?, ?, NULL, ?, NULL, NULL, '{}', ?, '{}', ?, NULL, NULL, 0, 3, ?, NULL, ?,"
-    " ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?, ?)"
+    " ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?, ?, 1, 'admin', 'default')"
 )
 INSERT_ATTEMPT = (
     "INSERT INTO job_attempt (job_id, number, worker_id, dispatched_at, started_at, ended_at,"

@@ -73,6 +73,13 @@ class AuditKind(StrEnum):
     ARTIFACT_UPLOADED = "artifact.uploaded"
     ARTIFACT_DOWNLOADED = "artifact.downloaded"
     ARTIFACTS_DELETED = "artifacts.deleted"
+    USER_CREATED = "user.created"
+    USER_DISABLED = "user.disabled"
+    USER_ENABLED = "user.enabled"
+    USER_ROLE_SET = "user.role_set"
+    TEAM_CREATED = "team.created"
+    TEAM_MEMBER_ADDED = "team.member_added"
+    TEAM_MEMBER_REMOVED = "team.member_removed"
 
 
 _KINDS = frozenset(kind.value for kind in AuditKind)

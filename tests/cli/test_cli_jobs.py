@@ -102,10 +102,11 @@ def test_list_table_and_json(tf: Invoke) -> None:
     table = tf("jobs", "list", "--status", "pending")
     assert table.exit_code == 0, table.output
     assert table.stdout.splitlines()[0].split() == [
-        "ID", "NAME", "STATUS", "WORKER", "PROGRESS", "PRI", "SUBMITTED",
+        "ID", "NAME", "STATUS", "OWNER", "WORKER", "PROGRESS", "PRI", "SUBMITTED",
     ]  # fmt: skip
     row = next(line for line in table.stdout.splitlines() if str(job_id) in line)
     assert "listed-job" in row and "pending" in row and "just now" in row
+    assert "admin/default" in row
     data = json.loads(tf("jobs", "list", "--json", "--limit", "500").stdout)
     mine = next(j for j in data["jobs"] if j["job_id"] == job_id)
     assert mine["submitted_at"].endswith("Z") and mine["status"] == "pending"

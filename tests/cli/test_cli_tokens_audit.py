@@ -26,9 +26,13 @@ def test_create_prints_the_token_once_and_it_works(tf: Invoke) -> None:
 
 def test_create_needs_a_known_permission(tf: Invoke) -> None:
     result = tf("tokens", "create", "x", "--permission", "everything")
-    assert result.exit_code == 2
-    missing = tf("tokens", "create", "x")
-    assert missing.exit_code == 2 and "--permission" in missing.stderr
+    assert result.exit_code == 2 and "--permission" in result.stderr
+
+
+def test_create_without_permissions_gets_what_the_users_role_allows(tf: Invoke) -> None:
+    created = json.loads(tf("tokens", "create", "everything-mine", "--json").stdout)
+    assert created["user"] == "admin"
+    assert "admin.users" in created["permissions"] and "usage.read" in created["permissions"]
 
 
 def test_whoami_shows_what_the_token_may_and_may_not_do(tf: Invoke) -> None:
@@ -43,7 +47,9 @@ def test_whoami_shows_what_the_token_may_and_may_not_do(tf: Invoke) -> None:
     data = json.loads(tf("tokens", "whoami", "--json", token=created["token"]).stdout)
     assert data == {
         "kind": "api", "id": created["id"], "name": "ci", "permissions": ["queue.submit"],
+        "user": "admin", "role": "admin", "teams": ["default"], "default_team": "default",
     }  # fmt: skip
+    assert lines[1] == "User admin, role admin, teams default (default default)."
     admin = json.loads(tf("tokens", "whoami", "--json").stdout)
     assert "queue.command" in admin["permissions"] and "queue.local" in admin["permissions"]
 
@@ -58,7 +64,7 @@ def test_list_table_json_and_revoke(tf: Invoke) -> None:
     table = tf("tokens", "list")
     assert table.exit_code == 0, table.output
     assert table.stdout.splitlines()[0].split() == [
-        "ID", "NAME", "PERMISSIONS", "CREATED", "LAST", "USED", "STATE",
+        "ID", "NAME", "USER", "PERMISSIONS", "CREATED", "LAST", "USED", "STATE",
     ]  # fmt: skip
     row = next(line for line in table.stdout.splitlines() if "short-lived" in line)
     assert row.split()[0] == token_id and "queue.submit" in row and row.rstrip().endswith("active")

@@ -1,8 +1,8 @@
 """End to end, the newcomer's install (issue 28): one box, an orchestrator started with its
 defaults, no remote worker. The admin's `target: local` and `target: auto` jobs with
 `tiny-example` complete, as root and as an ordinary user; the banner's own suggested
-submission works as printed; a `queue.local` token that is not an admin's gets the
-isolated runner or a 400 saying what blocks it (tests/e2e/test_e2e_permissions.py proves
+submission works as printed; a `queue.local` token of a user who is not an admin gets
+the isolated runner or a 400 saying what blocks it (tests/e2e/test_e2e_permissions.py proves
 the isolated trainer cannot read the data directory)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 NON_ADMIN = ["queue.submit", "queue.local"]
-REFUSED = "target local: a non-admin token's local job runs isolated, and here it cannot: "
+REFUSED = "target local: a non-admin user's local job runs isolated, and here it cannot: "
 
 
 def banner(orch: Orchestrator) -> str:
@@ -71,8 +71,11 @@ def run_the_newcomers_jobs(orch: Orchestrator, work_dir: Path, uid: int) -> list
 
 
 def non_admin_local(orch: Orchestrator) -> dict[str, object] | str:
-    """A queue.local token's `target: local`: the job (isolated) or the 400's detail."""
-    body = {"name": "local-only", "permissions": NON_ADMIN}
+    """`target: local` by a researcher granted queue.local (not an admin: that is the
+    user's role, whatever a token holds): the job (isolated) or the 400's detail."""
+    user = {"name": "rita", "role": "researcher", "teams": ["default"], "grants": ["queue.local"]}
+    orch.request("POST", "/api/admin/users", user)
+    body = {"name": "local-only", "user": "rita", "permissions": NON_ADMIN}
     token = orch.request("POST", "/api/admin/tokens", body)["token"]
     try:
         job = orch.request(

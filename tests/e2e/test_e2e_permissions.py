@@ -51,6 +51,20 @@ def token_with(orch: Orchestrator, *permissions: str) -> str:
     return str(orch.request("POST", "/api/admin/tokens", body)["token"])
 
 
+def researcher_token(orch: Orchestrator, *permissions: str) -> str:
+    """A token of the researcher rita, granted queue.command and queue.local: someone who
+    may run local jobs but does not control the orchestrator (the admin user's own tokens
+    do, however narrowed: that is the user's role)."""
+    grants = ["queue.command", "queue.local"]
+    user = {"name": "rita", "role": "researcher", "teams": ["default"], "grants": grants}
+    try:
+        orch.request("POST", "/api/admin/users", user)
+    except ApiError as exists:  # the same data directory, started again
+        assert exists.status == 409, exists.body
+    body = {"name": "rita-laptop", "user": "rita", "permissions": permissions}
+    return str(orch.request("POST", "/api/admin/tokens", body)["token"])
+
+
 def refused(orch: Orchestrator, token: str, body: dict[str, Any]) -> dict[str, Any]:
     with pytest.raises(ApiError) as caught:
         orch.request("POST", "/api/queue/submit", body, token=token)
@@ -148,8 +162,8 @@ def run_local_jobs(
     tmp_path: Path, data: Path, work: Path, script: str, extra: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Start an orchestrator whose local runner runs /bin/sh, submit the script with a
-    token holding queue.command and queue.local, then with the admin's; their output
-    lines."""
+    researcher's token holding queue.command and queue.local, then with the admin's;
+    their output lines."""
     configs = tmp_path / "configs"
     configs.mkdir(exist_ok=True)
     args = [
@@ -160,7 +174,7 @@ def run_local_jobs(
     ]  # fmt: skip
     orch = Orchestrator(data, configs, local_runner=True, extra_args=args).start()
     try:
-        token = token_with(orch, "queue.submit", "queue.command", "queue.local")
+        token = researcher_token(orch, "queue.submit", "queue.command", "queue.local")
         body = {"config": {"lr": 1}, "target": "local", "command": ["/bin/sh", "-c", script]}
         ran = []
         for submitter in (token, ADMIN_TOKEN):

@@ -10,6 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
 
 from tunefleet.http.auth import (
+    ADMIN_USERS,
     ADMIN_WORKERS,
     ALL_PERMISSIONS,
     API_TOKEN_AS_WORKER,
@@ -18,9 +19,11 @@ from tunefleet.http.auth import (
     AUTH_FAILURE_HOOK_KEY,
     AUTHENTICATOR_KEY,
     QUEUE_ADMIN,
+    QUEUE_APPROVE,
     QUEUE_COMMAND,
     QUEUE_LOCAL,
     QUEUE_SUBMIT,
+    USAGE_READ,
     WORKER_TOKEN_AS_API,
     WORKER_UNAUTHORIZED,
     ApiPrincipal,
@@ -351,8 +354,14 @@ def test_permission_names() -> None:
         "audit.read",
     )
     assert (QUEUE_COMMAND, QUEUE_LOCAL) == ("queue.command", "queue.local")
+    assert (ADMIN_USERS, QUEUE_APPROVE, USAGE_READ) == (
+        "admin.users",
+        "queue.approve",
+        "usage.read",
+    )
     assert set(ALL_PERMISSIONS) == {
         ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_ADMIN, AUDIT_READ, QUEUE_COMMAND, QUEUE_LOCAL,
+        ADMIN_USERS, QUEUE_APPROVE, USAGE_READ,
     }  # fmt: skip
 
 

@@ -181,7 +181,7 @@ def test_path_parameters_match_the_template(document: dict[str, Any]) -> None:
 def test_query_parameters_come_from_the_query_model(document: dict[str, Any]) -> None:
     op = document["paths"]["/api/queue"]["get"]
     query = {p["name"]: p for p in op["parameters"] if p["in"] == "query"}
-    assert set(query) == {"status", "target", "worker_id", "limit", "offset"}
+    assert set(query) == {"status", "target", "worker_id", "user", "team", "limit", "offset"}
     assert query["limit"]["schema"]["maximum"] == 500
     assert not query["limit"]["required"]
 

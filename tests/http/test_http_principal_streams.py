@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from tunefleet.http.auth import ApiPrincipal
-from tunefleet.http.principal_streams import PrincipalStreams, api_token_owner, owners_of
+from tunefleet.http.principal_streams import (
+    PrincipalStreams,
+    api_token_owner,
+    owners_of,
+    user_owner,
+)
 
 ALICE = api_token_owner("1")
 BOB = api_token_owner("2")
@@ -83,3 +88,9 @@ def test_a_forgotten_end_errs_on_ending_the_stream() -> None:
 def test_a_principals_streams_are_owned_by_its_token() -> None:
     principal = ApiPrincipal("7", "ci", frozenset({"queue.submit"}))
     assert owners_of(principal) == (api_token_owner("7"),) == (("api_token", "7"),)
+
+
+def test_a_users_principals_streams_are_owned_by_the_token_and_the_user() -> None:
+    principal = ApiPrincipal("7", "laptop", frozenset(), user="alice", user_id=3)
+    assert owners_of(principal) == (("api_token", "7"), ("user", "3"))
+    assert user_owner(3) == user_owner("3") == ("user", "3")

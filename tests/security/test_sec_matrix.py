@@ -30,6 +30,8 @@ def fill(spec: RouteSpec, worker_id: str, job_id: str, token_id: str = "999999")
         spec.path.replace("{worker_id}", worker_id)
         .replace("{job_id}", job_id)
         .replace("{token_id}", token_id)
+        .replace("{name}", "default" if "/teams/" in spec.path else "admin")
+        .replace("{user}", "admin")
     )
     if spec.path in ("/api/workers/stream", "/api/workers/queue"):
         path += f"?worker_id={worker_id}"

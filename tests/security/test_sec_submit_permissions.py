@@ -107,6 +107,10 @@ async def test_whoami_names_the_token_and_its_permissions(server: Any) -> None:
         "id": created["id"],
         "name": "ci",
         "permissions": [SUBMIT, LOCAL],
+        "user": "admin",
+        "role": "admin",
+        "teams": ["default"],
+        "default_team": "default",
     }
     admin = await server.ok("GET", "/api/auth/whoami")
     assert admin["name"] == "admin" and COMMAND in admin["permissions"]

@@ -460,8 +460,8 @@ async def test_token_without_admin_workers_cannot_manage_tokens(server: Any) -> 
     "body",
     [
         {"name": "x", "permissions": ["root"]},
-        {"name": "x", "permissions": []},
-        {"name": "x"},
+        {"name": "x", "permissions": ["queue.submit"] * 17},
+        {"name": "x", "user": "not a name"},
         {"permissions": ["queue.submit"]},
         {"name": "x", "permissions": "queue.submit"},
         {"name": "x", "permissions": ["queue.submit"], "expires": 1},

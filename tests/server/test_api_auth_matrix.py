@@ -48,6 +48,8 @@ class Fixture:
             .replace("{token_id}", self.token_id)
             .replace("{bucket}", "outputs")
             .replace("{key:.+}", "model.bin")
+            .replace("{name}", "default" if "/teams/" in spec.path else "admin")
+            .replace("{user}", "admin")
         )
         if spec.path in ("/api/workers/stream", "/api/workers/queue"):
             path += f"?worker_id={worker_id or self.owner.worker_id}"

@@ -28,12 +28,23 @@ pytestmark = pytest.mark.timeout(60)
 
 NO_USER = "no-such-user-here"
 SUBMIT_LOCAL = ("queue.submit", "queue.command", "queue.local")
+GRANTS = ["queue.command", "queue.local"]
 # What the trainer says about itself: user, folder, and whether a secret reached it.
 WHO = (
     "import os; print('uid', os.geteuid()); print('cwd', os.getcwd()); "
     "print('secret', os.environ.get('TUNEFLEET_ADMIN_TOKEN', 'unset'))"
 )
 SH_WHO = "echo uid $(id -u); echo cwd $(pwd); echo secret ${TUNEFLEET_ADMIN_TOKEN:-unset}"
+
+
+async def others_token(server: Any) -> str:
+    """A token of a user who does not control the orchestrator: a researcher granted
+    queue.command and queue.local. (Whoever controls it is a user whose role is admin,
+    whatever one of their tokens holds, so the admin's narrowed tokens would not do.)"""
+    body = {"name": "rita", "role": "researcher", "teams": ["default"], "grants": GRANTS}
+    await server.ok("POST", "/api/admin/users", body)
+    token = {"name": "rita-laptop", "user": "rita", "permissions": list(SUBMIT_LOCAL)}
+    return str((await server.ok("POST", "/api/admin/tokens", token))["token"])
 
 
 async def run_local(server: Any, command: list[str], token: str | None = None) -> dict[str, str]:
@@ -75,7 +86,7 @@ async def test_anothers_local_job_is_refused_where_it_cannot_run_isolated(
     server = await make_server(
         local_runner=True, local_allowed_commands=("**",), local_runner_user=NO_USER
     )
-    token = await server.api_token(*SUBMIT_LOCAL)
+    token = await others_token(server)
     resp = await server.client.post(
         "/api/queue/submit",
         json={"config_name": "tiny", "target": "local"},
@@ -83,7 +94,7 @@ async def test_anothers_local_job_is_refused_where_it_cannot_run_isolated(
     )
     assert resp.status == 400
     assert (await resp.json())["detail"] == (
-        "target local: a non-admin token's local job runs isolated, and here it cannot: "
+        "target local: a non-admin user's local job runs isolated, and here it cannot: "
         f"there is no user '{NO_USER}' (--local-runner-user). The operator can create it "
         f"with `useradd --system {NO_USER}`; else use target worker"
     )
@@ -102,7 +113,7 @@ async def test_anothers_local_job_is_refused_where_it_cannot_run_isolated(
 def test_the_refusal_says_why_and_what_the_operator_can_do() -> None:
     detail = refusal_detail(Blocked("WHY", "run `chmod o+x /root`"))
     assert detail == (
-        "target local: a non-admin token's local job runs isolated, and here it cannot: "
+        "target local: a non-admin user's local job runs isolated, and here it cannot: "
         "WHY. The operator can run `chmod o+x /root`; else use target worker"
     )
 
@@ -128,7 +139,7 @@ async def test_unisolated_runs_everyones_local_job_as_the_orchestrators_user(
     server = await make_server(
         local_runner=True, local_allowed_commands=("**",), local_runner_unisolated=True
     )
-    token = await server.api_token(*SUBMIT_LOCAL)
+    token = await others_token(server)
     said = await run_local(server, [sys.executable, "-c", WHO], token)
     assert said["uid"] == str(os.geteuid())
     assert Path(said["cwd"]).is_relative_to(tmp_path / "local-work" / "own-user")
@@ -142,7 +153,7 @@ async def test_the_recorded_choice_outlives_a_restart_under_other_flags(
     """Queued while the local runner was off; after a restart where no isolation can be
     had, the admin's job runs and the other's fails saying why, without its principal."""
     first = await make_server(local_runner=False)
-    token = await first.api_token(*SUBMIT_LOCAL)
+    token = await others_token(first)
     body = {"config": {"lr": 1}, "command": [sys.executable, "-c", "pass"]}
     others = await first.client.post("/api/queue/submit", json=body, headers=first.bearer(token))
     others_id = (await others.json())["job_id"]
@@ -195,7 +206,7 @@ async def test_one_runner_runs_the_admins_job_as_root_and_anothers_as_nobody(
     monkeypatch.setenv("TUNEFLEET_ADMIN_TOKEN", "tf_secret-of-the-orchestrator")
     server = await make_server(**sh_runner(open_base))
     nobody = pwd.getpwnam("nobody").pw_uid
-    token = await server.api_token(*SUBMIT_LOCAL)
+    token = await others_token(server)
     others = await run_local(server, ["/bin/sh", "-c", SH_WHO], token)
     assert (others["uid"], others["secret"]) == (str(nobody), "unset")
     assert Path(others["cwd"]).is_relative_to(open_base / "work" / "jobs")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.server.protocol import EventStream, eventually
+from tests.server.users_testkit import make_user
 
 # --- submit -----------------------------------------------------------------------------
 
@@ -386,14 +387,18 @@ async def test_cancel_twice_and_cancel_unknown(server: Any) -> None:
 
 
 async def test_cancelling_anothers_job_needs_queue_admin(server: Any) -> None:
-    alice = server.bearer(await server.api_token("queue.submit", name="alice"))
-    bob = server.bearer(await server.api_token("queue.submit", name="bob"))
+    await server.ok("POST", "/api/admin/teams", {"name": "ml"})
+    alice = await make_user(server, "alice", "researcher", ["ml"])
+    bob = await make_user(server, "bob", "researcher", ["ml"])  # sees the job: a teammate
     boss = server.bearer(await server.api_token("queue.submit", "queue.admin", name="boss"))
     resp = await server.post("/api/queue/submit", {"config_name": "tiny"}, headers=alice)
     job_id = (await resp.json())["job_id"]
     resp = await server.post(f"/api/queue/{job_id}/cancel", {}, headers=bob)
     assert resp.status == 403
-    assert (await resp.json())["detail"].startswith("Permission denied: queue.admin")
+    assert (await resp.json())["detail"] == (
+        f"Permission denied: job {job_id} is alice (team ml); a researcher may cancel only "
+        "their own jobs, a lead their team's, an admin (queue.admin) any"
+    )
     assert (await server.job(job_id))["status"] == "pending"
     resp = await server.post(f"/api/queue/{job_id}/cancel", {}, headers=boss)
     assert resp.status == 200

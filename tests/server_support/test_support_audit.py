@@ -96,6 +96,13 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "artifact.uploaded",
         "artifact.downloaded",
         "artifacts.deleted",
+        "user.created",
+        "user.disabled",
+        "user.enabled",
+        "user.role_set",
+        "team.created",
+        "team.member_added",
+        "team.member_removed",
     }
 
 

@@ -27,11 +27,15 @@ from tunefleet.storage.errors import AlreadyExists, DatabaseClosed
 from tunefleet.storage.memory import memory_store
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
+from tunefleet.storage.memory_users import MemoryUserRepo
+from tunefleet.storage.rows import TeamRow, UserRow
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_artifacts import ArtifactRepo, ArtifactRow
 from tunefleet.storage.store_audit import AuditRepo
+from tunefleet.storage.store_base import JobOwner, Viewer
 from tunefleet.storage.store_jobs import JobRepo
 from tunefleet.storage.store_metrics import MAX_POINTS_PER_ATTEMPT, MetricRepo
+from tunefleet.storage.store_users import UserFacts, UserRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, WorkerRepo
 
 START = 1_700_000_000.0
@@ -42,6 +46,7 @@ TWINS = [
     (AuditRepo, MemoryAuditRepo),
     (MetricRepo, MemoryMetricRepo),
     (ArtifactRepo, MemoryArtifactRepo),
+    (UserRepo, MemoryUserRepo),
 ]
 
 
@@ -306,6 +311,8 @@ async def _script(store: Store, clock: list[float]) -> list[Any]:
                 min_vram_gb=40,
                 priority=i % 2,
                 submitted_by="alice" if i else "bob",
+                user_name="alice" if i else "bob",
+                team_name="vision" if i == 2 else "ml",
             )
         )
     await step(lambda: store.cas_job_state("j_0", "pending", "dispatched", worker_id="w_1"))
@@ -332,6 +339,12 @@ async def _script(store: Store, clock: list[float]) -> list[Any]:
     await step(lambda: store.list_jobs(submitted_by="alice", target="worker"))
     await step(lambda: store.list_jobs(worker_id="w_1"))
     await step(lambda: store.count_jobs(state="pending"))
+    await step(lambda: store.list_jobs(owner=JobOwner(user_name="alice")))
+    await step(lambda: store.list_jobs(owner=JobOwner(user_name="alice", team_name="ml")))
+    await step(lambda: store.count_jobs(owner=JobOwner(team_name="vision")))
+    await step(lambda: store.list_jobs(visible_to=Viewer("carol", frozenset({"vision"}))))
+    await step(lambda: store.list_jobs(visible_to=Viewer("bob", frozenset())))
+    await step(lambda: store.count_jobs(visible_to=Viewer("bob", frozenset({"ml"}))))
     await step(lambda: store.job_counts())
     await step(lambda: store.nonterminal_jobs())
     await step(lambda: store.append_audit("a", actor="me", detail={"n": 1}, at=START))
@@ -354,6 +367,40 @@ async def _script(store: Store, clock: list[float]) -> list[Any]:
     await step(lambda: store.delete_worker("w_2"))
     await step(lambda: store.list_worker_tokens(include_revoked=True))
     await step(lambda: store.append_job_event("j_missing", "x"))
+    users = store.users
+    await step(lambda: users.create_team("ml"))
+    await step(lambda: users.create_team("ml"))
+    await step(lambda: users.create_team("vision"))
+    await step(lambda: users.create_user("alice", role="researcher", teams=["ml", "vision"]))
+    await step(lambda: users.create_user("alice", role="viewer"))
+    await step(lambda: users.create_user("bob", role="lead", teams=["nope"]))
+    await step(lambda: users.create_user("bob", role="lead", grants=["queue.command"]))
+    await step(lambda: users.users())
+    await step(lambda: users.teams())
+    await step(lambda: users.team("ml"))
+    await step(lambda: users.user("nobody"))
+    await step(lambda: users.add_member("vision", "admin"))
+    await step(lambda: users.add_member("vision", "alice", default=True))
+    await step(lambda: users.add_member("ml", "bob"))
+    await step(lambda: users.add_member("ml", "nobody"))
+    await step(lambda: users.memberships(user="alice"))
+    await step(lambda: users.memberships(team="vision"))
+    await step(lambda: users.remove_member("vision", "alice"))
+    await step(lambda: users.remove_member("vision", "alice"))
+    await step(lambda: users.memberships())
+    await step(lambda: users.set_role("alice", "lead", ["queue.local"]))
+    await step(lambda: users.set_role("alice", "viewer"))
+    await step(lambda: users.set_disabled("admin", True))
+    await step(lambda: users.set_role("admin", "viewer"))
+    await step(lambda: users.set_role("alice", "admin"))
+    await step(lambda: users.set_disabled("admin", True))
+    await step(lambda: users.set_disabled("alice", True))
+    await step(lambda: users.set_role("nobody", "viewer"))
+    await step(lambda: users.facts(2))
+    await step(lambda: users.facts(99))
+    await step(
+        lambda: store.create_api_token(name="al", token_hash="t2", permissions=[], user_id=2)
+    )
     return out
 
 
@@ -365,6 +412,14 @@ def _without_reusable_ids(answer: Any) -> Any:
         return [_without_reusable_ids(item) for item in answer]
     if isinstance(answer, ArtifactRow):
         return replace(answer, id=0)
+    if isinstance(answer, UserFacts):
+        return replace(answer, user=_without_reusable_ids(answer.user))
+    # The first admin and team are made by the migration, at the time it runs.
+    if isinstance(answer, UserRow) and answer.name == "admin":
+        untouched = answer.updated_at == answer.created_at
+        return replace(answer, created_at=0.0, updated_at=0.0 if untouched else answer.updated_at)
+    if isinstance(answer, TeamRow) and answer.name == "default":
+        return replace(answer, created_at=0.0)
     return answer
 
 

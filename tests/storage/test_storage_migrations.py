@@ -145,8 +145,24 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
         admin = await store.api_token_by_hash("a" * 64)
         ci = await store.api_token_by_hash("c" * 64)
         assert admin is not None and ci is not None
-        assert admin.permissions[-2:] == ["queue.command", "queue.local"]
+        # Version 10 then adds the permissions of users' administration, approval and usage.
+        assert admin.permissions[-5:] == [
+            "queue.command",
+            "queue.local",
+            "admin.users",
+            "queue.approve",
+            "usage.read",
+        ]
         assert ci.permissions == ["queue.submit"]
+        # Version 10: every token and job belongs to the user admin, in the team default.
+        admin_user = await store.users.user("admin")
+        assert admin_user is not None and admin_user.role == "admin"
+        assert (admin.user_id, ci.user_id) == (admin_user.id, admin_user.id)
+        old_job = await store.get_job("j_old")
+        assert old_job is not None and (old_job.user_name, old_job.team_name) == (
+            "admin",
+            "default",
+        )
         # Version 7: the name the agent registered with, empty until it registers again.
         assert worker.agent_name is None
         assert await store.update_worker("w_old", agent_name="old-box")
@@ -155,6 +171,38 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
         # Version 9: an older job runs isolated if it runs locally; a new one says.
         assert job.local_unisolated is None
         assert (await store.create_job("j_9", config={}, local_unisolated=True)).local_unisolated
+    finally:
+        await db.close()
+
+
+def _build_v9_with_local_jobs(raw: pw.Database) -> None:
+    """A database as the release with the per-job local runner (schema version 9, before
+    users) leaves it: a job whose submitter controlled the orchestrator, and one that ran
+    isolated."""
+    assert migrate(raw, target=9, now=lambda: 1.0).to_version == 9
+    jobs = pw.Table("job").bind(raw)
+    for seq, (job_id, unisolated) in enumerate((("j_own", True), ("j_iso", False)), start=1):
+        jobs.insert(
+            id=job_id, seq=seq, config="{}", env="{}", target="local", worker_labels="{}",
+            gpu_count=0, priority=0, max_retries=0, attempts=0, state="pending",
+            submitted_at=2.0, updated_at=2.0, local_unisolated=unisolated,
+        ).execute()  # fmt: skip
+
+
+async def test_version_9_database_keeps_its_local_runs_and_gains_owners(
+    db_target: DbTarget,
+) -> None:
+    """Migration 9 (local_unisolated) came before users: a database that already has it
+    is upgraded by migration 10 alone, and each job keeps how it runs locally."""
+    await asyncio.to_thread(_with_raw, db_target, _build_v9_with_local_jobs)
+    db = await open_database(db_target.url, db_target.data_dir)
+    try:
+        store = Store(db)
+        assert await db.read(_version) == LATEST_VERSION == 10
+        own, iso = await store.get_job("j_own"), await store.get_job("j_iso")
+        assert own is not None and iso is not None
+        assert (own.local_unisolated, iso.local_unisolated) == (True, False)
+        assert {(j.user_name, j.team_name) for j in (own, iso)} == {("admin", "default")}
     finally:
         await db.close()
 

@@ -238,3 +238,19 @@ def test_a_token_without_queue_local_is_not_offered_the_orchestrators_machine(
     expect(form.locator("label", has_text="Auto")).to_have_attribute(
         "title", "remote workers only: this token lacks queue.local"
     )
+
+
+def test_the_job_list_and_page_name_whose_job_it_is(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    job = orchestrator.submit(
+        config_name="tiny-quick", target="worker", worker_labels={"team": "nobody"}
+    )
+    sign_in(page, orchestrator, route="#/queue")
+    row = page.locator("#jobs-table tbody tr", has_text=job["job_id"])
+    expect(row.locator("td").nth(2)).to_have_text("admindefault")  # user, team beneath
+    expect(page.locator("#jobs-table thead th").nth(2)).to_have_text("Owner")
+    row.get_by_role("link").first.click()
+    expect(page.locator("p.subtitle")).to_contain_text("by admin for team default")
+    orchestrator.request("POST", f"/api/queue/{job['job_id']}/cancel", {})
+    assert problems.unexpected() == []

@@ -110,6 +110,8 @@ def job_record(row: JobRow) -> JobRecord:
         progress=dict(row.progress) if row.progress else None,
         error=row.error,
         wait_reason=row.wait_reason,
+        user_name=row.user_name,
+        team_name=row.team_name,
         local_unisolated=bool(row.local_unisolated),
     )
 
@@ -135,6 +137,8 @@ def _insert_submitted(repos: Repos, rec: JobRecord, **placed: Any) -> int:
         timeout_minutes=rec.timeout_minutes,
         submitted_by=rec.submitted_by,
         submitted_at=rec.submitted_at,
+        user_name=rec.user_name,
+        team_name=rec.team_name,
         local_unisolated=rec.local_unisolated,
         **placed,
     )

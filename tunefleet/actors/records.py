@@ -220,6 +220,9 @@ class JobRecord:
     progress: dict[str, Any] | None = None
     error: str | None = None
     wait_reason: str | None = None
+    # Whose job it is (issue 24): recorded at submit, never changed.
+    user_name: str | None = None
+    team_name: str | None = None
     # A stop (cancel or run timeout) asked of the agent for the current attempt and not
     # confirmed yet; loaded from the timeline so that it outlives a restart.
     stop_reason: str | None = None

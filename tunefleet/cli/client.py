@@ -165,6 +165,8 @@ def status_error(conn: Connection, status: int, detail: str) -> CliError:
                 "admin token printed at the orchestrator's first start, or one from "
                 "`tunefleet tokens create`."
             )
+        if "disabled" in detail:  # the token is fine; its user is disabled: say so
+            return ConnectionProblem(f"{detail} (HTTP 401)")
         return ConnectionProblem(
             f"The orchestrator at {conn.base_url} rejected the API token (HTTP 401): it is "
             f"unknown or revoked. Check --token / {ENV_TOKEN} for typos; an administrator can "
@@ -172,7 +174,9 @@ def status_error(conn: Connection, status: int, detail: str) -> CliError:
         )
     if status == 403:
         match = _PERMISSION.search(detail)
-        permission = match.group(1) if match else "PERMISSION"
+        if match is None:  # not a permission the token lacks: a user's role, a team, a job
+            return ConnectionProblem(f"{detail} (HTTP 403)")
+        permission = match.group(1)
         return ConnectionProblem(
             f"{detail} (HTTP 403): this token lacks that permission. Use a token that has it; "
             f"an administrator can make one with "

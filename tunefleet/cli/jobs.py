@@ -170,6 +170,7 @@ def follow_and_exit(
     "--timeout", type=click.FloatRange(min=0, min_open=True), metavar="MINUTES", help="Run limit."
 )
 @click.option("--env", multiple=True, metavar="KEY=VALUE", help="Environment for the job.")
+@click.option("--team", metavar="TEAM", help="One of your teams (default: your default team).")
 @follow_option
 @logs_option
 @json_option
@@ -187,6 +188,7 @@ def submit(
     retries: int | None,
     timeout: float | None,
     env: tuple[str, ...],
+    team: str | None,
     follow: bool,
     show_logs: bool,
     as_json: bool,
@@ -196,6 +198,8 @@ def submit(
     body = _submit_body(
         config, name, target, labels, gpus, min_vram, gpu_name, priority, retries, timeout, env
     )
+    if team:
+        body["team"] = team
     if follow or show_logs:
         follow_and_exit(conn, submit=body, show_logs=show_logs, as_json=as_json)
         return
@@ -217,6 +221,8 @@ def submit(
 )
 @click.option("--target", type=click.Choice(TARGETS))
 @click.option("--worker", "worker_id", metavar="WORKER_ID", help="Only this worker's jobs.")
+@click.option("--user", metavar="USER", help="Only this user's jobs.")
+@click.option("--team", metavar="TEAM", help="Only this team's jobs.")
 @click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0)
 @json_option
@@ -226,15 +232,20 @@ def list_jobs(
     statuses: tuple[str, ...],
     target: str | None,
     worker_id: str | None,
+    user: str | None,
+    team: str | None,
     limit: int,
     offset: int,
     as_json: bool,
 ) -> None:
-    """List jobs, newest first (GET /api/queue)."""
+    """List the jobs you may see (yours and your teams'; an admin's: all), newest first
+    (GET /api/queue)."""
     params = {
         "status": ",".join(statuses) or None,
         "target": target,
         "worker_id": worker_id,
+        "user": user,
+        "team": team,
         "limit": limit,
         "offset": offset,
     }
@@ -247,6 +258,7 @@ def list_jobs(
             j["job_id"],
             j.get("name") or NONE,
             status_text(j["status"]),
+            owner_text(j),
             j.get("worker_id") or NONE,
             progress_text(j.get("progress")),
             plain(j.get("priority")),
@@ -254,16 +266,25 @@ def list_jobs(
         ]
         for j in data["jobs"]
     ]
-    columns = ["ID", "NAME", "STATUS", "WORKER", "PROGRESS", "PRI", "SUBMITTED"]
+    columns = ["ID", "NAME", "STATUS", "OWNER", "WORKER", "PROGRESS", "PRI", "SUBMITTED"]
     footer = paging_footer(len(rows), offset, data.get("total", len(rows)))
     filters = {
         "--status": statuses,
         "--target": target,
         "--worker": worker_id,
+        "--user": user,
+        "--team": team,
         "--offset": str(offset) if offset else None,
     }
     empty = no_match("job", filters, "No jobs. Submit one with: tunefleet jobs submit CONFIG")
     print_table(columns, rows, empty, footer, wrap=("NAME",))
+
+
+def owner_text(job: dict[str, Any]) -> str:
+    """``user/team``: whose job it is."""
+    if not job.get("user"):
+        return NONE
+    return f"{job['user']}/{job.get('team') or NONE}"
 
 
 def _requirements(job: dict[str, Any]) -> str:
@@ -297,6 +318,7 @@ def _print_job(job: dict[str, Any]) -> None:
             ("ID", job["job_id"]),
             ("Name", job.get("name") or NONE),
             ("Config", job.get("config_name") or "(inline)"),
+            ("Owner", f"{job.get('user') or NONE} (team {job.get('team') or NONE})"),
             ("Status", state),
             *([("Waiting because", job["wait_reason"])] if job.get("wait_reason") else []),
             *([("Error", job["error"])] if job.get("error") else []),

@@ -18,6 +18,9 @@ PERMISSIONS = (
     "audit.read",
     "queue.command",
     "queue.local",
+    "admin.users",
+    "queue.approve",
+    "usage.read",
 )
 # What each permission lets a token do, for `tokens whoami`.
 MEANINGS = {
@@ -27,6 +30,9 @@ MEANINGS = {
     "audit.read": "read and verify the audit log",
     "queue.command": "choose the program a job runs (command, loader env, tunefleet_command)",
     "queue.local": "run jobs on the orchestrator's own machine (target local, auto's fallback)",
+    "admin.users": "create users and teams, set roles, disable users; tokens for other users",
+    "queue.approve": "approve their teams' jobs (a lead's)",
+    "usage.read": "read their teams' usage (a lead's)",
 }
 
 
@@ -42,21 +48,29 @@ def tokens() -> None:
     "-p",
     "permissions",
     multiple=True,
-    required=True,
     type=click.Choice(PERMISSIONS),
-    help="What the token may do; repeatable. A token can grant only what it holds.",
+    help="What the token may do; repeatable (default: all the user's role allows). No more "
+    "than the user's role allows, nor than the token in use holds.",
 )
+@click.option("--user", metavar="USER", help="Whose token it is (default: yours).")
 @json_option
 @connection_options
-def create_token(conn: Connection, name: str, permissions: tuple[str, ...], as_json: bool) -> None:
-    """Create an API token and print it once (POST /api/admin/tokens)."""
-    body = {"name": name, "permissions": list(permissions)}
+def create_token(
+    conn: Connection, name: str, permissions: tuple[str, ...], user: str | None, as_json: bool
+) -> None:
+    """Create an API token for a user and print it once (POST /api/admin/tokens)."""
+    body: dict[str, object] = {"name": name}
+    if permissions:
+        body["permissions"] = list(permissions)
+    if user:
+        body["user"] = user
     data = call(conn, lambda api: api.post("/api/admin/tokens", body))
     if as_json:
         print_json(data)
         return
-    granted = ", ".join(data["permissions"])
-    click.echo(f"Created API token {data['name']} (id {data['id']}) with {granted}.")
+    granted = ", ".join(data["permissions"]) or "no permission (it reads what its user may see)"
+    owner = f" for user {data['user']}" if data.get("user") else ""
+    click.echo(f"Created API token {data['name']} (id {data['id']}){owner} with {granted}.")
     click.echo("The token is shown only now; the orchestrator keeps just its hash:")
     print_line(f"  {data['token']}")
     click.echo("Use it with:")
@@ -76,6 +90,7 @@ def list_tokens(conn: Connection, as_json: bool) -> None:
         [
             t["id"],
             t["name"],
+            t.get("user") or "-",
             ", ".join(t["permissions"]),
             relative_time(t.get("created_at")),
             relative_time(t.get("last_used_at")) if t.get("last_used_at") else "never",
@@ -83,7 +98,7 @@ def list_tokens(conn: Connection, as_json: bool) -> None:
         ]
         for t in data["tokens"]
     ]
-    columns = ["ID", "NAME", "PERMISSIONS", "CREATED", "LAST USED", "STATE"]
+    columns = ["ID", "NAME", "USER", "PERMISSIONS", "CREATED", "LAST USED", "STATE"]
     print_table(columns, rows, "No API tokens.", wrap=("PERMISSIONS",))
 
 
@@ -111,6 +126,12 @@ def whoami(conn: Connection, as_json: bool) -> None:
         return
     held = set(data["permissions"])
     click.echo(f"API token {data['name']} (id {data['id']}).")
+    if data.get("user"):
+        teams = ", ".join(data.get("teams") or []) or "none"
+        click.echo(
+            f"User {data['user']}, role {data.get('role')}, teams {teams} "
+            f"(default {data.get('default_team') or 'none'})."
+        )
     rows = [[p, "yes" if p in held else "no", MEANINGS.get(p, "")] for p in PERMISSIONS]
     rows += [[p, "yes", ""] for p in sorted(held - set(PERMISSIONS))]
     print_table(["PERMISSION", "HELD", "LETS IT"], rows, "", wrap=("LETS IT",))

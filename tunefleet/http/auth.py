@@ -39,6 +39,11 @@ AUDIT_READ = "audit.read"
 # than submitting work, so each is a permission of its own (docs/operations.md).
 QUEUE_COMMAND = "queue.command"
 QUEUE_LOCAL = "queue.local"
+# Users and teams (issue 24): administering them, approving a team's jobs, reading a
+# team's usage (docs/users-and-teams.md).
+ADMIN_USERS = "admin.users"
+QUEUE_APPROVE = "queue.approve"
+USAGE_READ = "usage.read"
 ALL_PERMISSIONS: tuple[str, ...] = (
     ADMIN_WORKERS,
     QUEUE_SUBMIT,
@@ -46,10 +51,23 @@ ALL_PERMISSIONS: tuple[str, ...] = (
     AUDIT_READ,
     QUEUE_COMMAND,
     QUEUE_LOCAL,
+    ADMIN_USERS,
+    QUEUE_APPROVE,
+    USAGE_READ,
 )
 PermissionName = Literal[
-    "admin.workers", "queue.submit", "queue.admin", "audit.read", "queue.command", "queue.local"
+    "admin.workers",
+    "queue.submit",
+    "queue.admin",
+    "audit.read",
+    "queue.command",
+    "queue.local",
+    "admin.users",
+    "queue.approve",
+    "usage.read",
 ]
+# The role whose users control the orchestrator (http/roles.py bundles every role).
+ADMIN_ROLE = "admin"
 
 WORKER_UNAUTHORIZED = "Invalid worker token"
 API_UNAUTHORIZED = "Missing or invalid API token; send Authorization: Bearer <token>"
@@ -72,14 +90,33 @@ AuthKind = Literal["worker", "api", "upload"]
 
 @dataclass(frozen=True, slots=True)
 class ApiPrincipal:
-    """A person or script holding an API token."""
+    """A user acting through one API token: ``name`` is the token's, ``permissions`` the
+    token's narrowed to the user's role and grants; ``teams`` the user's teams."""
 
     token_id: str
     name: str
     permissions: frozenset[str]
+    user: str = ""
+    role: str = ""
+    teams: frozenset[str] = frozenset()
+    default_team: str | None = None
+    user_id: int | None = None
 
     def has(self, permission: str) -> bool:
         return permission in self.permissions
+
+
+def controls_orchestrator(principal: ApiPrincipal) -> bool:
+    """Whether the principal's user is an admin: sees every job, runs the fleet."""
+    return principal.role == ADMIN_ROLE
+
+
+class UserDisabled(Exception):
+    """An API token of a disabled user: refused with its own 401 detail."""
+
+    def __init__(self, user: str) -> None:
+        super().__init__(user)
+        self.user = user
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +130,9 @@ Principal = ApiPrincipal | WorkerPrincipal
 
 
 class Authenticator(Protocol):
-    """Maps token hashes to principals; None means unknown or revoked. ``resolve_worker``
-    must answer from memory: it is asked even while the client's address is throttled."""
+    """Maps token hashes to principals; None means unknown or revoked. resolve_api raises
+    UserDisabled for a token of a disabled user. ``resolve_worker`` must answer from
+    memory: it is asked even while the client's address is throttled."""
 
     async def resolve_api(self, token_hash: str) -> ApiPrincipal | None: ...
 
@@ -284,7 +322,19 @@ async def _authenticate_api(request: web.Request) -> ApiPrincipal:
         request[STREAM_MARK_KEY] = streams.mark()
     principal = None
     if token_hash is not None:
-        principal = await _authenticator(request).resolve_api(token_hash)
+        try:
+            principal = await _authenticator(request).resolve_api(token_hash)
+        except UserDisabled as disabled:
+            # Refused like a revoked token: counted against the address, recorded once
+            # a window.
+            why = f"user {disabled.user} is disabled"
+            await refuse_credential(request, "api", why, token_hash)
+            raise ApiError(
+                401,
+                f"API token of user {disabled.user}, who is disabled; an admin can enable "
+                f"them (tunefleet users enable {disabled.user})",
+                headers={"WWW-Authenticate": "Bearer"},
+            ) from None
         reason = "unknown or revoked API token"
     if principal is None:
         await refuse_credential(request, "api", reason, token_hash)

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 ADMIN_TOKEN_NAME = "admin"
+# The user the admin token belongs to; migration 10 creates it in every database.
+ADMIN_USER_NAME = "admin"
 EXAMPLE_CONFIG = "tiny-example"
 INLINE_EXAMPLE = {
     "tunefleet_command": ["python", "-m", "tunefleet.examples.tiny_trainer"],
@@ -33,13 +35,19 @@ async def ensure_admin_token(store: Store, given: str | None) -> str | None:
 
     With ``given`` (``--admin-token``/``TUNEFLEET_ADMIN_TOKEN``), that token is made
     valid with every permission. Otherwise a token is generated only when the database
-    has no API token at all, i.e. on the very first start.
+    has no API token at all, i.e. on the very first start. Either belongs to the user
+    ``admin``.
     """
+    admin = await store.users.user(ADMIN_USER_NAME)
+    user_id = admin.id if admin is not None else None
     if given:
         token_hash = hash_token(given)
         if await store.api_token_by_hash(token_hash) is None:
             await store.create_api_token(
-                name=ADMIN_TOKEN_NAME, token_hash=token_hash, permissions=list(ALL_PERMISSIONS)
+                name=ADMIN_TOKEN_NAME,
+                token_hash=token_hash,
+                permissions=list(ALL_PERMISSIONS),
+                user_id=user_id,
             )
             log.info("admin token from --admin-token registered")
         return None
@@ -47,7 +55,10 @@ async def ensure_admin_token(store: Store, given: str | None) -> str | None:
         return None
     token = new_api_token()
     await store.create_api_token(
-        name=ADMIN_TOKEN_NAME, token_hash=hash_token(token), permissions=list(ALL_PERMISSIONS)
+        name=ADMIN_TOKEN_NAME,
+        token_hash=hash_token(token),
+        permissions=list(ALL_PERMISSIONS),
+        user_id=user_id,
     )
     return token
 

@@ -30,6 +30,8 @@ def job_summary(row: JobRow, undelivered: int = 0) -> dict[str, Any]:
         "worker_labels": row.worker_labels,
         "timeout_minutes": row.timeout_minutes,
         "submitted_by": row.submitted_by,
+        "user": row.user_name,
+        "team": row.team_name,
         "submitted_at": iso(row.submitted_at),
         "dispatched_at": iso(row.dispatched_at),
         "started_at": iso(row.started_at),

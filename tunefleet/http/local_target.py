@@ -50,7 +50,7 @@ async def decide_local(request: web.Request, target: str, settings: FleetSetting
 
 def refusal_detail(blocked: Blocked) -> str:
     return (
-        "target local: a non-admin token's local job runs isolated, and here it cannot: "
+        "target local: a non-admin user's local job runs isolated, and here it cannot: "
         f"{blocked.why}. The operator can {blocked.fix}; else use target worker"
     )
 

@@ -6,9 +6,10 @@ the client likes: an API token revoked while its ``/api/events`` feed or a job's
 such response is held here under its owners, and revoking (or narrowing) a credential
 ends every stream held under it, at once: the handler stops before its next write.
 
-Owners are ``(kind, id)`` pairs so that more than one thing can own a stream: today the
-API token (``("api_token", "7")``); a user owning tokens (``("user", …)``) can be added
-in ``owners_of`` and ended with the same ``end`` when the user is disabled.
+Owners are ``(kind, id)`` pairs so that more than one thing can own a stream: the API
+token (``("api_token", "7")``) and the user it acts for (``("user", "3")``, by the
+user's id), so disabling a user, lowering their role or taking them out of a team ends
+every stream any of their tokens holds (http/routes_users.py).
 
 Narrowing a token's permissions (no route does it yet) should ``end`` its owner too, even
 where the narrower token could still open the stream: what a stream sends was decided
@@ -45,9 +46,17 @@ def api_token_owner(token_id: str) -> StreamOwner:
     return ("api_token", str(token_id))
 
 
+def user_owner(user_id: int | str) -> StreamOwner:
+    return ("user", str(user_id))
+
+
 def owners_of(principal: ApiPrincipal) -> tuple[StreamOwner, ...]:
-    """Whose streams a principal's are: ended when any of these is."""
-    return (api_token_owner(principal.token_id),)
+    """Whose streams a principal's are: ended when any of these is (its token; its user,
+    when it acts for one)."""
+    token = api_token_owner(principal.token_id)
+    if principal.user_id is None:
+        return (token,)
+    return (token, user_owner(principal.user_id))
 
 
 class HeldStream:

@@ -15,6 +15,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_metrics,
     routes_ops,
     routes_queue,
+    routes_users,
     routes_workers,
     ui,
 )
@@ -28,6 +29,7 @@ from tunefleet.http.auth_audit import FailureWindowAudit
 from tunefleet.http.auth_throttle import AUTH_THROTTLE_KEY, AuthThrottle
 from tunefleet.http.openapi import openapi_handler
 from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, PrincipalStreams
+from tunefleet.http.principals import Principals
 from tunefleet.http.route_table import routes
 from tunefleet.http.stream_watch import StreamWatch
 from tunefleet.limits import Limits
@@ -43,6 +45,7 @@ class FleetAuthenticator:
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
+        self.principals = Principals()
 
     async def resolve_worker(self, token_hash: str) -> WorkerPrincipal | None:
         fleet = self.app.get(keys.FLEET)
@@ -50,6 +53,7 @@ class FleetAuthenticator:
         return WorkerPrincipal(worker_id) if worker_id is not None else None
 
     async def resolve_api(self, token_hash: str) -> ApiPrincipal | None:
+        """The token's principal (http/principals.py); UserDisabled for a disabled user's."""
         store = self.app.get(keys.STORE)
         if store is None:
             return None
@@ -59,7 +63,7 @@ class FleetAuthenticator:
         now = self.app[keys.CLOCK].time()
         if row.last_used_at is None or not 0 <= now - row.last_used_at < _TOUCH_EVERY_S:
             await store.touch_api_token(row.id)
-        return ApiPrincipal(str(row.id), row.name, frozenset(row.permissions))
+        return await self.principals.resolve(store, token_hash, row)
 
 
 async def audit_auth_failure(request: web.Request, kind: str, reason: str) -> None:

@@ -9,10 +9,11 @@ from aiohttp import web
 
 from tunefleet.audit import AuditKind
 from tunefleet.http import keys
-from tunefleet.http.auth import ALL_PERMISSIONS, check_grantable
+from tunefleet.http.auth import ADMIN_USERS, ALL_PERMISSIONS, check_grantable, require_api
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
 from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, api_token_owner
+from tunefleet.http.roles import beyond_ceiling, user_ceiling
 from tunefleet.http.route_table import actor_name, fleet_of, principal_of, routes
 from tunefleet.http.schemas_admin import (
     ApiTokenCreated,
@@ -199,12 +200,13 @@ async def delete_worker(request: web.Request) -> web.StreamResponse:
 # --- API tokens ---------------------------------------------------------------------------
 
 
-def _token_view(row: Any) -> dict[str, Any]:
+def _token_view(row: Any, user: str | None) -> dict[str, Any]:
     from tunefleet.actors.records import iso
 
     return {
         "id": str(row.id),
         "name": row.name,
+        "user": user,
         "permissions": list(row.permissions),
         "created_at": iso(row.created_at),
         "last_used_at": iso(row.last_used_at),
@@ -219,23 +221,52 @@ def _token_view(row: Any) -> dict[str, Any]:
     request=CreateApiTokenRequest,
     response=ApiTokenCreated,
     auth="api:admin.workers",
-    errors={403: "A token cannot grant permissions it lacks"},
+    errors={
+        403: "More than the user's role allows, more than this token holds, or another "
+        "user's token without admin.users",
+        404: "Unknown user",
+        409: "The user is disabled",
+    },
 )
 async def create_api_token(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, CreateApiTokenRequest)
-    check_grantable(principal_of(request), body.permissions)
+    principal = principal_of(request)
+    owner = body.user or principal.user
+    if owner != principal.user:
+        await require_api(request, ADMIN_USERS, needed_for=f"a token of user {owner}")
+    store = request.app[keys.STORE]
+    user = await store.users.user(owner)
+    if user is None:
+        raise ApiError(404, f"unknown user: {owner}; list users with GET /api/admin/users")
+    if user.disabled:
+        raise ApiError(409, f"user {owner} is disabled; enable them first (tunefleet users enable)")
+    ceiling = user_ceiling(user.role, user.grants)
+    permissions = (
+        body.permissions
+        if body.permissions is not None
+        else [p for p in ALL_PERMISSIONS if p in ceiling]
+    )
+    beyond = beyond_ceiling(user.role, user.grants, permissions)
+    if beyond:
+        raise ApiError(
+            403,
+            f"Permission denied: user {owner}'s role {user.role} does not include "
+            f"{', '.join(beyond)}; ask for fewer permissions or change the role",
+        )
+    check_grantable(principal, permissions)
     token = new_api_token()
-    row = await request.app[keys.STORE].create_api_token(
-        name=body.name, token_hash=hash_token(token), permissions=body.permissions
+    row = await store.create_api_token(
+        name=body.name, token_hash=hash_token(token), permissions=permissions, user_id=user.id
     )
     await request.app[keys.AUDIT].record(
         AuditKind.API_TOKEN_CREATED,
         actor=actor_name(request),
         target=f"api_token:{row.id}",
         name=body.name,
-        permissions=body.permissions,
+        user=owner,
+        permissions=permissions,
     )
-    return web.json_response({**_token_view(row), "token": token})
+    return web.json_response({**_token_view(row, owner), "token": token})
 
 
 @routes.route(
@@ -246,8 +277,10 @@ async def create_api_token(request: web.Request) -> web.StreamResponse:
     auth="api:admin.workers",
 )
 async def list_api_tokens(request: web.Request) -> web.StreamResponse:
-    rows = await request.app[keys.STORE].list_api_tokens(include_revoked=True)
-    tokens = [_token_view(row) for row in rows]
+    store = request.app[keys.STORE]
+    rows = await store.list_api_tokens(include_revoked=True)
+    names = {user.id: user.name for user in await store.users.users()}
+    tokens = [_token_view(row, names.get(row.user_id or 0)) for row in rows]
     return web.json_response({"tokens": tokens, "total": len(tokens)})
 
 
@@ -293,5 +326,9 @@ async def whoami(request: web.Request) -> web.StreamResponse:
             "id": principal.token_id,
             "name": principal.name,
             "permissions": permissions,
+            "user": principal.user,
+            "role": principal.role,
+            "teams": sorted(principal.teams),
+            "default_team": principal.default_team,
         }
     )

@@ -11,10 +11,9 @@ from tunefleet.artifacts.keys import check_key
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.artifacts.store import PRESIGN_TTL_S
 from tunefleet.fsm.job import TERMINAL_JOB_STATES
-from tunefleet.http import keys
-from tunefleet.http.auth import QUEUE_ADMIN
 from tunefleet.http.body import parse_query
 from tunefleet.http.errors import ApiError
+from tunefleet.http.job_access import check_may_change, visible_job
 from tunefleet.http.route_table import actor_name, principal_of, routes
 from tunefleet.http.routes_artifacts import artifacts_of, serve_object, stored_row
 from tunefleet.http.schemas_artifacts import (
@@ -24,13 +23,6 @@ from tunefleet.http.schemas_artifacts import (
 )
 
 _JOB_NOT_FOUND = {404: "Job not found"}
-
-
-async def _job_state(request: web.Request, job_id: str) -> tuple[str, str | None]:
-    row = await request.app[keys.STORE].get_job(job_id)
-    if row is None:
-        raise ApiError(404, f"Job not found: {job_id}")
-    return row.state, row.submitted_by
 
 
 @routes.route(
@@ -43,7 +35,7 @@ async def _job_state(request: web.Request, job_id: str) -> tuple[str, str | None
 )
 async def list_job_artifacts(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
-    await _job_state(request, job_id)
+    await visible_job(request, job_id)
     artifacts = artifacts_of(request)
     await artifacts.sync_bucket(job_id)
     records = artifacts.records
@@ -94,7 +86,7 @@ async def download_job_artifact(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
     key = check_key(request.match_info["key"])
     redirect = parse_query(request, DownloadArtifactQuery).redirect
-    await _job_state(request, job_id)
+    await visible_job(request, job_id)
     artifacts = artifacts_of(request)
     if redirect:
         return await serve_object(request, artifacts, job_id, key, actor_name(request))
@@ -126,16 +118,16 @@ async def _download_link(
     auth="api:queue.submit",
     errors={
         **_JOB_NOT_FOUND,
-        403: "Deleting another's job's artifacts needs queue.admin",
+        403: "A researcher deletes their own jobs' outputs, a lead their team's, queue.admin any",
         409: "The job has not ended",
     },
 )
 async def delete_job_artifacts(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
-    state, submitted_by = await _job_state(request, job_id)
+    row = await visible_job(request, job_id)
+    check_may_change(principal_of(request), row, "delete the outputs of")
+    state = row.state
     actor = actor_name(request)
-    if submitted_by != actor and not principal_of(request).has(QUEUE_ADMIN):
-        raise ApiError(403, f"Permission denied: {QUEUE_ADMIN} (the job was submitted by another)")
     if state not in TERMINAL_JOB_STATES:
         raise ApiError(
             409, f"job {job_id} is {state}; cancel it (or wait for it to end), then delete"

@@ -9,7 +9,7 @@ from aiohttp import web
 from tunefleet.actors.records import iso
 from tunefleet.http import keys
 from tunefleet.http.body import parse_query
-from tunefleet.http.errors import ApiError
+from tunefleet.http.job_access import visible_job
 from tunefleet.http.route_table import routes
 from tunefleet.http.schemas_queue import JobMetricsQuery, JobMetricsResponse
 from tunefleet.metric_table import metrics_csv
@@ -32,8 +32,7 @@ async def job_metrics(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
     query = parse_query(request, JobMetricsQuery)
     store = request.app[keys.STORE]
-    if await store.get_job(job_id) is None:
-        raise ApiError(404, f"Job not found: {job_id}")
+    await visible_job(request, job_id)
     rows = await store.read_metrics(
         job_id, since=query.since, limit=query.limit, attempt=query.attempt
     )

@@ -14,9 +14,15 @@ from tunefleet.actors.records import JobRecord
 from tunefleet.commands import chooses_program
 from tunefleet.fsm.job import JobState
 from tunefleet.http import keys
-from tunefleet.http.auth import QUEUE_ADMIN, QUEUE_COMMAND, require_api
+from tunefleet.http.auth import QUEUE_COMMAND, require_api
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
+from tunefleet.http.job_access import (
+    check_may_change,
+    team_for_submit,
+    viewer_of,
+    visible_job,
+)
 from tunefleet.http.job_views import job_detail, job_summary, log_line_view
 from tunefleet.http.local_target import decide_local
 from tunefleet.http.route_table import actor_name, check_disk, fleet_of, principal_of, routes
@@ -35,7 +41,9 @@ from tunefleet.http.schemas_queue import (
 )
 from tunefleet.http.sse_follow import follow_job_logs
 from tunefleet.jobconfigs import ConfigNotFound, lift_command
+from tunefleet.storage.store_base import JobOwner
 
+# Another's job that the caller may not see is not found either (no existence leak).
 _JOB_NOT_FOUND = {404: "Job not found"}
 
 
@@ -49,13 +57,17 @@ _JOB_NOT_FOUND = {404: "Job not found"}
     errors={
         400: "Unknown config_name, invalid config, or a target this orchestrator lacks "
         "(or cannot run isolated for this submitter)",
-        403: "Choosing the command needs queue.command; target local needs queue.local",
+        403: "Choosing the command needs queue.command; target local needs queue.local; "
+        "team must be one of the submitter's",
+        404: "Unknown team",
         507: "The orchestrator's disk is below its free-space floor; submit once it has room",
     },
 )
 async def submit_job(request: web.Request) -> web.StreamResponse:
     check_disk(request, "a new job")
     body = await parse_body(request, SubmitJobRequest)
+    principal = principal_of(request)
+    team = await team_for_submit(request, principal, body.team)
     fleet = fleet_of(request)
     settings = fleet.ctx.settings
     config, dataloader = await _resolve_config(request, body)
@@ -91,6 +103,8 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
             body.max_retries if body.max_retries is not None else settings.default_max_retries
         ),
         timeout_minutes=body.timeout_minutes,
+        user_name=principal.user,
+        team_name=team,
         local_unisolated=local.local_unisolated,
     )
     return web.json_response(await fleet.submit(rec, actor_name(request)))
@@ -122,14 +136,23 @@ async def _resolve_config(
     query=JobListQuery,
     response=JobListResponse,
     auth="api",
+    errors={404: "Unknown user or team in the filter"},
 )
 async def list_jobs(request: web.Request) -> web.StreamResponse:
+    """Only the jobs the caller may see: their own and their teams' (an admin: all)."""
     query = parse_query(request, JobListQuery)
     store = request.app[keys.STORE]
+    if query.user is not None and await store.users.user(query.user) is None:
+        raise ApiError(404, f"unknown user: {query.user}; leave out ?user= to list every job")
+    if query.team is not None and await store.users.team(query.team) is None:
+        raise ApiError(404, f"unknown team: {query.team}; leave out ?team= to list every job")
+    owner = JobOwner(query.user, query.team) if query.user or query.team else None
     filters: dict[str, Any] = {
         "state": query.status or None,
         "target": query.target,
         "worker_id": query.worker_id,
+        "owner": owner,
+        "visible_to": viewer_of(principal_of(request)),
     }
     rows = await store.list_jobs(**filters, limit=query.limit, offset=query.offset)
     total = await store.count_jobs(**filters)
@@ -160,7 +183,9 @@ async def queue_stats(request: web.Request) -> web.StreamResponse:
     errors=_JOB_NOT_FOUND,
 )
 async def job_position(request: web.Request) -> web.StreamResponse:
-    return web.json_response(await fleet_of(request).position(request.match_info["job_id"]))
+    job_id = request.match_info["job_id"]
+    await visible_job(request, job_id)
+    return web.json_response(await fleet_of(request).position(job_id))
 
 
 @routes.route(
@@ -174,9 +199,7 @@ async def job_position(request: web.Request) -> web.StreamResponse:
 async def get_job(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
     store = request.app[keys.STORE]
-    row = await store.get_job(job_id)
-    if row is None:
-        raise ApiError(404, f"Job not found: {job_id}")
+    row = await visible_job(request, job_id)
     attempts = await store.list_attempts(job_id)
     events = await store.list_job_events(job_id)
     detail = job_detail(row, attempts, events)
@@ -194,17 +217,18 @@ async def get_job(request: web.Request) -> web.StreamResponse:
     request=CancelJobRequest,
     response=CancelJobResponse,
     auth="api:queue.submit",
-    errors={**_JOB_NOT_FOUND, 403: "Cancelling another's job needs queue.admin", 409: "Ended"},
+    errors={
+        **_JOB_NOT_FOUND,
+        403: "A researcher cancels their own jobs, a lead their team's, queue.admin any",
+        409: "Ended",
+    },
 )
 async def cancel_job(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"]
-    row = await request.app[keys.STORE].get_job(job_id)
-    if row is None:  # before the body: a wrong id is the first thing to fix
-        raise ApiError(404, f"Job not found: {job_id}")
+    row = await visible_job(request, job_id)  # before the body: a wrong id is the first fix
     body = await parse_body(request, CancelJobRequest)
+    check_may_change(principal_of(request), row, "cancel")
     actor = actor_name(request)
-    if row.submitted_by != actor and not principal_of(request).has(QUEUE_ADMIN):
-        raise ApiError(403, f"Permission denied: {QUEUE_ADMIN} (the job was submitted by another)")
     return web.json_response(await fleet_of(request).cancel(job_id, actor, body.reason))
 
 
@@ -223,8 +247,7 @@ async def job_logs(request: web.Request) -> web.StreamResponse:
     follow = request.query.get("follow", "").lower() in ("1", "true", "yes")
     query = parse_query(request, JobLogsQuery)
     store = request.app[keys.STORE]
-    if await store.get_job(job_id) is None:
-        raise ApiError(404, f"Job not found: {job_id}")
+    await visible_job(request, job_id)
     if follow:
         return await follow_job_logs(request, job_id, query.from_seq)
     rows = await store.read_logs(

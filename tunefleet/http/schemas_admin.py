@@ -159,10 +159,18 @@ def _unique(permissions: list[str]) -> list[str]:
 
 
 class CreateApiTokenRequest(StrictRequestModel):
+    """A token for ``user`` (default: the caller's own user), holding ``permissions``: no
+    more than that user's role and grants allow, nor than the calling token holds. Unset:
+    everything the user's role and grants allow. Empty: a token that only reads what its
+    user may see (a viewer's)."""
+
     name: PlainName
-    permissions: Annotated[
-        list[PermissionName], Field(min_length=1, max_length=16), AfterValidator(_unique)
-    ]
+    permissions: (
+        Annotated[list[PermissionName], Field(max_length=16), AfterValidator(_unique)] | None
+    ) = None
+    user: PlainName | None = Field(
+        default=None, description="Whose token it is; another user's needs admin.users"
+    )
 
 
 class ApiTokenCreated(ResponseModel):
@@ -172,6 +180,7 @@ class ApiTokenCreated(ResponseModel):
     name: str
     token: str
     permissions: list[str]
+    user: str | None = None
     created_at: str | None = None
 
 
@@ -179,6 +188,7 @@ class ApiTokenInfo(ResponseModel):
     id: str
     name: str
     permissions: list[str]
+    user: str | None = Field(default=None, description="The user the token acts for")
     created_at: str | None = None
     last_used_at: str | None = None
     revoked_at: str | None = None
@@ -194,12 +204,17 @@ class RevokeApiTokenResponse(SuccessResponse):
 
 
 class WhoamiResponse(ResponseModel):
-    """The calling token, so a client can show what it may do and hide what it may not."""
+    """The calling token and its user, so a client can show what they may do and hide
+    what they may not. ``permissions``: the token's, narrowed to the user's role."""
 
     kind: Literal["api"]
     id: str
     name: str
     permissions: list[str]
+    user: str | None = None
+    role: str | None = None
+    teams: list[str] = Field(default_factory=list)
+    default_team: str | None = None
 
 
 # --- audit -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tunefleet.http.schemas_common import (
     JobStatus,
     LabelGlobs,
     LogStream,
+    PlainName,
     RequestModel,
     ResponseModel,
     ShortText,
@@ -127,6 +128,9 @@ class SubmitJobRequest(StrictRequestModel):
     timeout_minutes: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_MINUTES)
     command: CommandLine | None = None
     env: EnvVars = Field(default_factory=dict)
+    team: PlainName | None = Field(
+        default=None, description="One of the submitter's teams; unset: their default team"
+    )
 
     @model_validator(mode="after")
     def _one_config(self) -> SubmitJobRequest:
@@ -159,11 +163,13 @@ def _split_statuses(value: Any) -> Any:
 
 
 class JobListQuery(RequestModel):
-    """GET /api/queue?status=pending,running&target=worker&limit=50&offset=0"""
+    """GET /api/queue?status=pending,running&target=worker&user=alice&team=ml&limit=50"""
 
     status: Annotated[list[JobStatus], BeforeValidator(_split_statuses)] | None = None
     target: Target | None = None
     worker_id: Identifier | None = None
+    user: PlainName | None = Field(default=None, description="Only this user's jobs")
+    team: PlainName | None = Field(default=None, description="Only this team's jobs")
     limit: int = Field(default=DEFAULT_PAGE, ge=1, le=MAX_PAGE)
     offset: int = Field(default=0, ge=0, le=10**9)
 
@@ -187,6 +193,8 @@ class JobSummary(ResponseModel):
     worker_labels: dict[str, str] = Field(default_factory=dict)
     timeout_minutes: float | None = None
     submitted_by: str | None = None
+    user: str | None = Field(default=None, description="Whose job it is")
+    team: str | None = Field(default=None, description="The team it was submitted for")
     submitted_at: str | None = None
     dispatched_at: str | None = None
     started_at: str | None = None

@@ -18,6 +18,7 @@ from tunefleet.actors.events import CLOSING, HubEvent, Subscription
 from tunefleet.fsm.job import TERMINAL_JOB_STATES
 from tunefleet.http import keys
 from tunefleet.http.auth import ADMIN_WORKERS, API_PRINCIPAL_KEY
+from tunefleet.http.job_access import SeenJobs, viewer_of
 from tunefleet.http.job_views import log_line_view
 from tunefleet.http.principal_streams import HeldStream, held_stream
 
@@ -94,12 +95,17 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     principal = request[API_PRINCIPAL_KEY]
     if not principal.has(ADMIN_WORKERS):
         kinds = (kinds or hub.known_kinds()) - _WORKER_KINDS
+    # Job events only of the jobs the principal may see; None: an admin sees them all.
+    seen = SeenJobs(request, principal) if viewer_of(principal) is not None else None
     with hub.subscribe(kinds) as sub, held_stream(request, principal, sub.close) as held:
         sse = await _start(request)
         feed = _Feed(sse, held)
         with contextlib.suppress(*_ENDINGS):
             await feed.send("hello", {"subscribers": hub.subscriber_count})
             while (event := await _next(sub, feed)) is not None:
+                job_id = event.data.get("job_id")
+                if seen is not None and job_id is not None and not await seen.allows(job_id):
+                    continue
                 await feed.send(event.kind, event.data, event.seq)
             if sub.overflowed:
                 await feed.send("overflow", {"detail": "fell behind; reload and reconnect"})

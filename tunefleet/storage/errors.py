@@ -37,6 +37,18 @@ class AlreadyExists(StorageError):
     status = 409
 
 
+class Missing(StorageError):
+    """A user or team named in a request does not exist (the message names it)."""
+
+    status = 404
+
+
+class LastAdmin(StorageError):
+    """The change would leave no enabled admin."""
+
+    status = 409
+
+
 class StorageFull(StorageError):
     """The database's disk is full: the write was not stored (nothing of it was kept)."""
 

@@ -22,8 +22,11 @@ import time
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
 from tunefleet.storage.memory_tables import MemoryDatabase
+from tunefleet.storage.memory_users import MemoryUserRepo
+from tunefleet.storage.migrations import FIRST_ADMIN_USER, FIRST_TEAM
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_base import Now
+from tunefleet.storage.store_users import ADMIN_ROLE
 
 
 def memory_store(now: Now = time.time) -> Store:
@@ -37,5 +40,9 @@ def memory_store(now: Now = time.time) -> Store:
         MemoryAuditRepo(now, tables),
         metrics=MemoryMetricRepo(tables),
         artifacts=MemoryArtifactRepo(now, tables),
+        users=MemoryUserRepo(now, tables),
     )
+    # What migration 10 leaves in every database: the first admin in the first team.
+    repos.users.create_team(FIRST_TEAM)
+    repos.users.create_user(FIRST_ADMIN_USER, role=ADMIN_ROLE, teams=[FIRST_TEAM])
     return Store(db, now=now, repos=repos)

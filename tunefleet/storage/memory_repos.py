@@ -38,7 +38,7 @@ from tunefleet.storage.rows import (
     WorkerRow,
     WorkerTokenRow,
 )
-from tunefleet.storage.store_base import MAX_PAGE, Now, page, state_set
+from tunefleet.storage.store_base import MAX_PAGE, JobOwner, Now, Viewer, page, state_set
 from tunefleet.storage.store_jobs import (
     JobOrder,
     JobRepo,
@@ -182,7 +182,9 @@ class MemoryApiTokenRepo(ApiTokenRepo):
         self._now = now
         self._t = tables
 
-    def create(self, *, name: str, token_hash: str, permissions: Sequence[str]) -> ApiTokenRow:
+    def create(
+        self, *, name: str, token_hash: str, permissions: Sequence[str], user_id: int | None = None
+    ) -> ApiTokenRow:
         if any(t.token_hash == token_hash for t in self._t.api_tokens.values()):
             raise AlreadyExists("this API token hash is already in use")
         values = {
@@ -190,6 +192,7 @@ class MemoryApiTokenRepo(ApiTokenRepo):
             "token_hash": token_hash,
             "permissions": list(permissions),
             "created_at": self._now(),
+            "user_id": user_id,
         }
         return fresh(self._t.insert("api_tokens", ApiTokenRow, ApiToken, values))
 
@@ -247,12 +250,14 @@ class MemoryJobRepo(JobRepo):
         worker_id: str | None = None,
         target: str | None = None,
         submitted_by: str | None = None,
+        owner: JobOwner | None = None,
+        visible_to: Viewer | None = None,
         order: JobOrder = "newest",
         limit: int = 100,
         offset: int = 0,
     ) -> list[JobRow]:
         limit, offset = page(limit, offset)
-        found = self._matching(state, worker_id, target, submitted_by)
+        found = self._matching(state, worker_id, target, submitted_by, owner, visible_to)
         found.sort(key=lambda r: r.seq, reverse=order == "newest")
         return [fresh(row) for row in found[offset : offset + limit]]
 
@@ -263,8 +268,10 @@ class MemoryJobRepo(JobRepo):
         worker_id: str | None = None,
         target: str | None = None,
         submitted_by: str | None = None,
+        owner: JobOwner | None = None,
+        visible_to: Viewer | None = None,
     ) -> int:
-        return len(self._matching(state, worker_id, target, submitted_by))
+        return len(self._matching(state, worker_id, target, submitted_by, owner, visible_to))
 
     def counts_by_state(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -301,6 +308,8 @@ class MemoryJobRepo(JobRepo):
         worker_id: str | None,
         target: str | None,
         submitted_by: str | None,
+        owner: JobOwner | None = None,
+        visible_to: Viewer | None = None,
     ) -> list[JobRow]:
         states = state_set(state) if state is not None else None
         return [
@@ -310,6 +319,8 @@ class MemoryJobRepo(JobRepo):
             and (worker_id is None or row.worker_id == worker_id)
             and (target is None or row.target == target)
             and (submitted_by is None or row.submitted_by == submitted_by)
+            and (owner is None or _owned_by(row, owner))
+            and (visible_to is None or _seen_by(row, visible_to))
         ]
 
     # --- attempts -----------------------------------------------------------------------
@@ -442,3 +453,13 @@ class MemoryJobRepo(JobRepo):
             and (attempt is None or row.attempt == attempt)
         ]
         return [fresh(row) for row in found[:limit]]
+
+
+def _owned_by(row: JobRow, owner: JobOwner) -> bool:
+    return (owner.user_name is None or row.user_name == owner.user_name) and (
+        owner.team_name is None or row.team_name == owner.team_name
+    )
+
+
+def _seen_by(row: JobRow, viewer: Viewer) -> bool:
+    return row.user_name == viewer.user_name or row.team_name in viewer.team_names

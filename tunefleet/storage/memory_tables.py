@@ -22,6 +22,9 @@ from tunefleet.storage.rows import (
     JobLogRow,
     JobMetricRow,
     JobRow,
+    TeamMemberRow,
+    TeamRow,
+    UserRow,
     WorkerRow,
     WorkerTokenRow,
     inserted,
@@ -46,6 +49,9 @@ class Tables:
     workers: dict[str, WorkerRow] = field(default_factory=dict)
     worker_tokens: dict[int, WorkerTokenRow] = field(default_factory=dict)
     api_tokens: dict[int, ApiTokenRow] = field(default_factory=dict)
+    users: dict[int, UserRow] = field(default_factory=dict)
+    teams: dict[int, TeamRow] = field(default_factory=dict)
+    team_members: dict[int, TeamMemberRow] = field(default_factory=dict)
     jobs: dict[str, JobRow] = field(default_factory=dict)
     attempts: dict[tuple[str, int], JobAttemptRow] = field(default_factory=dict)
     job_events: dict[int, JobEventRow] = field(default_factory=dict)

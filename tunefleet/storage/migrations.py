@@ -257,6 +257,87 @@ def _job_local_unisolated(database: pw.Database) -> None:
     migrator.migrate(migrator.add_column("job", "local_unisolated", pw.BooleanField(null=True)))
 
 
+# Frozen: what migration 10 creates and hands every existing token and job to.
+FIRST_ADMIN_USER = "admin"
+FIRST_TEAM = "default"
+# Every permission of releases 8 and 9 (migration 9 added none).
+_RELEASE_8_PERMISSIONS = frozenset(
+    {"admin.workers", "queue.submit", "queue.admin", "audit.read", "queue.command", "queue.local"}
+)
+_RELEASE_10_NEW_PERMISSIONS = ("admin.users", "queue.approve", "usage.read")
+
+
+def _users_and_teams(database: pw.Database) -> None:
+    """Users, teams and memberships (issue 24). The user `admin` (role admin) in the team
+    `default` receives every existing API token and job, so nothing changes hands and a
+    single-user install goes on as before; tokens that held every permission of release 8
+    (and 9) gain the three new ones, as migration 4 did for its two."""
+
+    class User(pw.Model):
+        id = pw.AutoField()
+        name = pw.CharField(max_length=64, unique=True)
+        role = pw.CharField(max_length=16)
+        grants = pw.TextField(default="[]")
+        disabled = pw.BooleanField(default=False)
+        password_hash = pw.TextField(null=True)
+        created_at = pw.DoubleField()
+        updated_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "app_user"
+
+    class Team(pw.Model):
+        id = pw.AutoField()
+        name = pw.CharField(max_length=64, unique=True)
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "team"
+
+    class TeamMember(pw.Model):
+        id = pw.AutoField()
+        team = pw.ForeignKeyField(Team, on_delete="CASCADE", column_name="team_id")
+        user = pw.ForeignKeyField(User, on_delete="CASCADE", column_name="user_id", index=False)
+        is_default = pw.BooleanField(default=False)
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "team_member"
+            indexes = ((("user", "team"), True),)
+
+    models = (User, Team, TeamMember)
+    for model in models:
+        model._meta.set_database(database)
+    database.create_tables(models, safe=False)
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(
+        migrator.add_column("api_token", "user_id", pw.IntegerField(null=True)),
+        migrator.add_column("job", "user_name", pw.TextField(null=True)),
+        migrator.add_column("job", "team_name", pw.TextField(null=True)),
+        migrator.add_index("api_token", ("user_id",)),
+        # A person's list of jobs, and a team's, newest first.
+        migrator.add_index("job", ("user_name", "seq")),
+        migrator.add_index("job", ("team_name", "seq")),
+    )
+    now = time.time()
+    admin_id = User.insert(
+        name=FIRST_ADMIN_USER, role="admin", created_at=now, updated_at=now
+    ).execute()
+    team_id = Team.insert(name=FIRST_TEAM, created_at=now).execute()
+    TeamMember.insert(team=team_id, user=admin_id, is_default=True, created_at=now).execute()
+    tokens = pw.Table("api_token").bind(database)
+    tokens.update(user_id=admin_id).execute()
+    jobs = pw.Table("job").bind(database)
+    jobs.update(user_name=FIRST_ADMIN_USER, team_name=FIRST_TEAM).execute()
+    token_id, permissions = tokens.c.id, tokens.c.permissions
+    for row in list(tokens.select(token_id, permissions).dicts()):
+        held = json.loads(row["permissions"] or "[]")
+        if set(held) >= _RELEASE_8_PERMISSIONS:
+            added = held + [p for p in _RELEASE_10_NEW_PERMISSIONS if p not in held]
+            text = json.dumps(added, separators=(",", ":"))
+            tokens.update(permissions=text).where(token_id == row["id"]).execute()
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -275,6 +356,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _drop_covered_attempt_index,
     ),
     Migration(9, "job local_unisolated", _job_local_unisolated),
+    Migration(10, "users, teams and memberships; tokens and jobs belong to one", _users_and_teams),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -178,6 +178,56 @@ class ApiToken(BaseModel):
     created_at = pw.DoubleField()
     last_used_at = pw.DoubleField(null=True)
     revoked_at = pw.DoubleField(null=True)
+    # Added by migration 10: the user the token acts for. A plain column: users are never
+    # deleted, and storage/store_users.py only ever stores the id of one.
+    user_id = pw.IntegerField(null=True)
+
+    class Meta:
+        table_name = "api_token"
+
+
+class User(BaseModel):
+    """Added by migration 10. Never deleted (disabled instead), never renamed: jobs name
+    their user by `name`."""
+
+    id = pw.AutoField()
+    name = pw.CharField(max_length=64, unique=True)
+    role = pw.CharField(max_length=16)  # http/roles.py: viewer | researcher | lead | admin
+    # Permissions granted beside the role (queue.command, queue.local): separate grants.
+    grants = JsonField(default=list)
+    disabled = pw.BooleanField(default=False)
+    password_hash = pw.TextField(null=True)  # for sign-in, which a later change adds
+    created_at = pw.DoubleField()
+    updated_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "app_user"  # "user" is a reserved word in PostgreSQL
+
+
+class Team(BaseModel):
+    """Added by migration 10. Never renamed: jobs name their team by `name`."""
+
+    id = pw.AutoField()
+    name = pw.CharField(max_length=64, unique=True)
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "team"
+
+
+class TeamMember(BaseModel):
+    """Added by migration 10: a user in a team; `is_default` marks the team a submit
+    without `team` goes to (one per user)."""
+
+    id = pw.AutoField()
+    team = pw.ForeignKeyField(Team, on_delete="CASCADE", column_name="team_id")
+    user = pw.ForeignKeyField(User, on_delete="CASCADE", column_name="user_id", index=False)
+    is_default = pw.BooleanField(default=False)
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "team_member"
+        indexes = ((("user", "team"), True),)
 
 
 class Job(BaseModel):
@@ -209,9 +259,13 @@ class Job(BaseModel):
     error = pw.TextField(null=True)
     wait_reason = pw.TextField(null=True)
     updated_at = pw.DoubleField()
-    # Its submitter controls the orchestrator, so a local run may be as the orchestrator's
-    # own user (tunefleet/actors/local_isolation.py); None (older rows): isolated.
+    # Added by migration 9: its submitter controls the orchestrator, so a local run may be
+    # as the orchestrator's own user (tunefleet/actors/local_isolation.py); None (older
+    # rows): isolated.
     local_unisolated = pw.BooleanField(null=True)
+    # Added by migration 10: whose job it is (names: users and teams are never renamed).
+    user_name = pw.TextField(null=True)
+    team_name = pw.TextField(null=True)
 
 
 class JobAttempt(BaseModel):
@@ -352,6 +406,9 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     Worker,
     WorkerToken,
     ApiToken,
+    User,
+    Team,
+    TeamMember,
     Job,
     JobAttempt,
     JobEvent,

@@ -70,6 +70,35 @@ class ApiTokenRow:
     created_at: float
     last_used_at: float | None
     revoked_at: float | None
+    user_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    id: int
+    name: str
+    role: str
+    grants: list[str]
+    disabled: bool
+    password_hash: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TeamRow:
+    id: int
+    name: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TeamMemberRow:
+    id: int
+    team_id: int
+    user_id: int
+    is_default: bool
+    created_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +131,8 @@ class JobRow:
     error: str | None
     wait_reason: str | None
     updated_at: float
+    user_name: str | None = None
+    team_name: str | None = None
     local_unisolated: bool | None = None
 
 

@@ -31,9 +31,10 @@ from tunefleet.storage.rows import (
 )
 from tunefleet.storage.store_artifacts import ArtifactRecords, ArtifactRepo
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
-from tunefleet.storage.store_base import MAX_PAGE, Connector, Now
+from tunefleet.storage.store_base import MAX_PAGE, Connector, JobOwner, Now, Viewer
 from tunefleet.storage.store_jobs import JobOrder, JobRepo, LogLineLike
 from tunefleet.storage.store_metrics import MetricRepo
+from tunefleet.storage.store_users import UserRecords, UserRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, HeartbeatColumns, WorkerRepo
 
 T = TypeVar("T")
@@ -51,6 +52,7 @@ class Repos:
     audit: AuditRepo
     metrics: MetricRepo = field(default_factory=MetricRepo)
     artifacts: ArtifactRepo = field(default_factory=lambda: ArtifactRepo(time.time))
+    users: UserRepo = field(default_factory=lambda: UserRepo(time.time))
 
 
 class Store:
@@ -65,9 +67,12 @@ class Store:
                 JobRepo(now),
                 AuditRepo(now),
                 artifacts=ArtifactRepo(now),
+                users=UserRepo(now),
             )
         # Artifact rows have their own facade (store_artifacts); their repo joins `atomically`.
         self.artifacts = ArtifactRecords(db, now, repos.artifacts)
+        # Users and teams too (store_users), with what authentication reads kept.
+        self.users = UserRecords(db, now, repos.users)
         self.repos = repos
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens
@@ -160,13 +165,16 @@ class Store:
     # --- API tokens ---------------------------------------------------------------------
 
     async def create_api_token(
-        self, *, name: str, token_hash: str, permissions: Sequence[str]
+        self, *, name: str, token_hash: str, permissions: Sequence[str], user_id: int | None = None
     ) -> ApiTokenRow:
-        return await self.db.write(
-            partial(
-                self._api_tokens.create, name=name, token_hash=token_hash, permissions=permissions
-            )
+        create = partial(
+            self._api_tokens.create,
+            name=name,
+            token_hash=token_hash,
+            permissions=permissions,
+            user_id=user_id,
         )
+        return await self.db.write(create)
 
     async def api_token_by_hash(self, token_hash: str) -> ApiTokenRow | None:
         """The non-revoked token with this hash; read once, then kept until revoked."""
@@ -218,6 +226,8 @@ class Store:
         worker_id: str | None = None,
         target: str | None = None,
         submitted_by: str | None = None,
+        owner: JobOwner | None = None,
+        visible_to: Viewer | None = None,
         order: JobOrder = "newest",
         limit: int = 100,
         offset: int = 0,
@@ -228,6 +238,8 @@ class Store:
             worker_id=worker_id,
             target=target,
             submitted_by=submitted_by,
+            owner=owner,
+            visible_to=visible_to,
             order=order,
             limit=limit,
             offset=offset,
@@ -241,6 +253,8 @@ class Store:
         worker_id: str | None = None,
         target: str | None = None,
         submitted_by: str | None = None,
+        owner: JobOwner | None = None,
+        visible_to: Viewer | None = None,
     ) -> int:
         query = partial(
             self._jobs.count,
@@ -248,6 +262,8 @@ class Store:
             worker_id=worker_id,
             target=target,
             submitted_by=submitted_by,
+            owner=owner,
+            visible_to=visible_to,
         )
         return await self.db.read(query)
 

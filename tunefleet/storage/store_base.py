@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import peewee as pw
@@ -11,6 +12,22 @@ Now = Callable[[], float]
 T = TypeVar("T")
 
 MAX_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class JobOwner:
+    """Jobs of one user, of one team, or of both (None: any)."""
+
+    user_name: str | None = None
+    team_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Whose jobs someone who is not an admin sees: their own and their teams'."""
+
+    user_name: str
+    team_names: frozenset[str]
 
 
 class Connector(Protocol):

@@ -25,7 +25,15 @@ from tunefleet.storage.rows import (
     rows_of,
 )
 from tunefleet.storage.statements import insert_row, savepoint, update_where
-from tunefleet.storage.store_base import MAX_PAGE, Now, checked_fields, page, state_set
+from tunefleet.storage.store_base import (
+    MAX_PAGE,
+    JobOwner,
+    Now,
+    Viewer,
+    checked_fields,
+    page,
+    state_set,
+)
 
 JobOrder = Literal["newest", "seq"]
 # Columns only create and cas_state set.
@@ -160,13 +168,16 @@ class JobRepo:
         worker_id: str | None = None,
         target: str | None = None,
         submitted_by: str | None = None,
+        owner: JobOwner | None = None,
+        visible_to: Viewer | None = None,
         order: JobOrder = "newest",
         limit: int = 100,
         offset: int = 0,
     ) -> list[JobRow]:
-        """Jobs matching every filter given; "newest" = highest seq first, "seq" = oldest."""
+        """Jobs matching every filter given; "newest" = highest seq first, "seq" = oldest.
+        ``visible_to``: only the jobs that viewer may see (theirs and their teams')."""
         limit, offset = page(limit, offset)
-        query = self._filtered(state, worker_id, target, submitted_by)
+        query = self._filtered(state, worker_id, target, submitted_by, owner, visible_to)
         ordering = Job.seq.desc() if order == "newest" else Job.seq.asc()
         query = query.order_by(ordering).limit(limit).offset(offset)
         return rows_of(JobRow, query)
@@ -178,8 +189,11 @@ class JobRepo:
         worker_id: str | None = None,
         target: str | None = None,
         submitted_by: str | None = None,
+        owner: JobOwner | None = None,
+        visible_to: Viewer | None = None,
     ) -> int:
-        return int(self._filtered(state, worker_id, target, submitted_by).count())
+        query = self._filtered(state, worker_id, target, submitted_by, owner, visible_to)
+        return int(query.count())
 
     def counts_by_state(self) -> dict[str, int]:
         query: Any = Job.select(Job.state, pw.fn.COUNT(Job.id)).group_by(Job.state)
@@ -212,6 +226,8 @@ class JobRepo:
         worker_id: str | None,
         target: str | None,
         submitted_by: str | None,
+        owner: JobOwner | None = None,
+        visible_to: Viewer | None = None,
     ) -> pw.ModelSelect[Job]:
         query = Job.select()
         if state is not None:
@@ -222,6 +238,15 @@ class JobRepo:
             query = query.where(Job.target == target)
         if submitted_by is not None:
             query = query.where(Job.submitted_by == submitted_by)
+        if owner is not None and owner.user_name is not None:
+            query = query.where(Job.user_name == owner.user_name)
+        if owner is not None and owner.team_name is not None:
+            query = query.where(Job.team_name == owner.team_name)
+        if visible_to is not None:
+            theirs = Job.user_name == visible_to.user_name
+            if visible_to.team_names:
+                theirs |= Job.team_name.in_(sorted(visible_to.team_names))
+            query = query.where(theirs)
         return query
 
     # --- attempts -----------------------------------------------------------------------

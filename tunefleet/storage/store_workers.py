@@ -186,12 +186,15 @@ class ApiTokenRepo:
     def __init__(self, now: Now) -> None:
         self._now = now
 
-    def create(self, *, name: str, token_hash: str, permissions: Sequence[str]) -> ApiTokenRow:
+    def create(
+        self, *, name: str, token_hash: str, permissions: Sequence[str], user_id: int | None = None
+    ) -> ApiTokenRow:
         values: dict[str, Any] = {
             "name": name,
             "token_hash": token_hash,
             "permissions": list(permissions),
             "created_at": self._now(),
+            "user_id": user_id,
         }
         try:
             with database_proxy.atomic():

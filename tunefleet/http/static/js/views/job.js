@@ -122,7 +122,7 @@ export function mount(main, { args }) {
     title.textContent = job.name || job.config_name || job.job_id;
     document.title = `${title.textContent} · tunefleet`;
     statusHolder.replaceChildren(badge(job.status));
-    subtitle.textContent = [job.job_id, job.config_name && `config ${job.config_name}`, job.submitted_by && `by ${job.submitted_by}`]
+    subtitle.textContent = [job.job_id, job.config_name && `config ${job.config_name}`, job.user ? `by ${job.user} for team ${job.team || '—'}` : job.submitted_by && `by ${job.submitted_by}`]
       .filter(Boolean).join(' · ');
     cancelButton.hidden = TERMINAL.has(job.status);
     if (job.status === 'failed' && job.error) {

@@ -97,7 +97,7 @@ export function mount(main, { params }) {
   const tbody = h('tbody');
   const table = h('table', { class: 'data', id: 'jobs-table' },
     h('caption', { class: 'sr-only' }, 'Jobs, newest first'),
-    h('thead', {}, h('tr', {}, ['Job', 'Status', 'Progress', 'Worker', 'Attempt', 'Wait', 'Run time', 'Submitted', 'Actions']
+    h('thead', {}, h('tr', {}, ['Job', 'Status', 'Owner', 'Progress', 'Worker', 'Attempt', 'Wait', 'Run time', 'Submitted', 'Actions']
       .map((t) => h('th', { scope: 'col' }, t === 'Actions' ? h('span', { class: 'sr-only' }, t) : t)))),
     tbody);
   const empty = h('div');
@@ -123,6 +123,11 @@ export function mount(main, { params }) {
       render: (j) => h('div', {}, badge(j.status),
         j.status === 'pending' && j.wait_reason ? h('div', { class: 'cell-note status-note', title: j.wait_reason }, j.wait_reason.length > 60 ? `${j.wait_reason.slice(0, 58)}…` : j.wait_reason) : null,
         j.status === 'failed' && j.error ? h('div', { class: 'cell-note status-note', title: j.error }, j.error.length > 60 ? `${j.error.slice(0, 58)}…` : j.error) : null),
+    },
+    {
+      // Whose job it is: its user, and the team it was submitted for.
+      label: 'Owner', sig: (j) => `${j.user}|${j.team}`,
+      render: (j) => (j.user ? h('div', {}, h('span', { class: 'nowrap' }, j.user), h('div', { class: 'cell-sub' }, j.team || '—')) : h('span', { class: 'faint' }, '—')),
     },
     { label: 'Progress', sig: (j) => `${j.status}|${JSON.stringify(j.progress)}`, render: progressCell },
     {
