@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ class ServerOptions:
     log_format: str = "console"
     verbose: bool = False
     leader_lease: float = DEFAULT_LEASE_S
-    limits: Limits = Limits()
+    limits: Limits = field(default_factory=Limits)
 
     @classmethod
     def from_cli(cls, values: dict[str, Any]) -> ServerOptions:
