@@ -250,6 +250,16 @@ def _drop_covered_attempt_index(database: pw.Database) -> None:
     database.execute_sql('DROP INDEX IF EXISTS "job_attempt_job_id"')
 
 
+def _attempt_log_quota(database: pw.Database) -> None:
+    """Each attempt's stored log bytes and the lines dropped past its quota (issue 23).
+    Attempts from before count from zero: their lines are not summed again."""
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(
+        migrator.add_column("job_attempt", "log_bytes", pw.BigIntegerField(default=0)),
+        migrator.add_column("job_attempt", "log_lines_dropped", pw.BigIntegerField(default=0)),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -267,6 +277,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "drop job_attempt's index on job_id that (job_id, number) covers",
         _drop_covered_attempt_index,
     ),
+    Migration(9, "job_attempt log_bytes and log_lines_dropped", _attempt_log_quota),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
