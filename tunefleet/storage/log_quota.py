@@ -98,7 +98,8 @@ def quota_marker(max_bytes: int, at: float) -> QuotaMarker:
 
 
 def _size(n_bytes: int) -> str:
+    """256 MiB as "256 MiB"; a size that is no whole unit stays in bytes."""
     for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n_bytes >= size:
-            return f"{n_bytes / size:g} {unit}"
+        if n_bytes >= size and n_bytes % size == 0:
+            return f"{n_bytes // size} {unit}"
     return f"{n_bytes} bytes"
