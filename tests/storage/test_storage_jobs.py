@@ -229,13 +229,17 @@ async def test_an_attempts_log_stops_at_its_quota_counts_what_it_drops_and_says_
     assert "reached its quota" in marker.line and "log_lines_dropped" in marker.line
     (attempt,) = await store.list_attempts("j_1")
     assert (attempt.log_bytes, attempt.log_lines_dropped) == (quota - 5, 30)
-    # A batch sent again is neither stored twice nor counted as dropped.
+    # Past the quota a batch is not looked for among the stored lines: all of it is dropped.
     again = await store.append_logs_within_quota("j_1", 1, _lines(0, 4), quota)
-    assert (again.stored, again.dropped) == (0, 0)
+    assert (again.stored, again.dropped) == (0, 4)
     # Another attempt has a quota of its own.
     await store.start_attempt("j_1", 2, worker_id="w_1")
     fresh = await store.append_logs_within_quota("j_1", 2, _lines(0, 3), quota)
     assert (fresh.stored, fresh.dropped, fresh.quota_reached) == (3, 0, False)
+    # Within the quota a batch sent again is neither stored twice nor counted.
+    again = await store.append_logs_within_quota("j_1", 2, _lines(0, 3), quota)
+    assert (again.stored, again.dropped) == (0, 0)
+    assert (await store.list_attempts("j_1"))[1].log_bytes == 3 * 70
 
 
 async def test_empty_lines_count_against_the_quota(store: Store) -> None:

@@ -5,7 +5,9 @@ while the attempt's total stays within its quota; from the first line that would
 every later line of that attempt is dropped and counted, and one marker line (``seq`` -1,
 stream ``notice``, so the unique (job, attempt, seq) index keeps it single) says so where
 the log is read. Each line counts its UTF-8 bytes plus a row's overhead, so empty lines
-are not free. Shared by the SQL repository and its in-memory twin; synchronous.
+are not free. Past the quota a batch costs one read and one write of the attempt's
+counters (a batch sent again then counts again: the count is of lines refused).
+Shared by the SQL repository and its in-memory twin; synchronous.
 """
 
 from __future__ import annotations

@@ -432,10 +432,16 @@ class MemoryJobRepo(JobRepo):
         row = self._t.attempts.get((job_id, attempt))
         if row is None:
             return LogAppend(self.append_logs(job_id, attempt, lines))
-        stored_seqs = {
-            r.seq for r in self._t.job_logs.values() if r.job_id == job_id and r.attempt == attempt
-        }
         dropped_before = row.log_lines_dropped
+        stored_seqs = (
+            set()
+            if dropped_before
+            else {
+                r.seq
+                for r in self._t.job_logs.values()
+                if r.job_id == job_id and r.attempt == attempt
+            }
+        )
         split = split_at_quota(lines, stored_seqs, row.log_bytes, dropped_before > 0, max_bytes)
         stored = self.append_logs(job_id, attempt, split.kept)
         marker = False

@@ -376,9 +376,9 @@ class JobRepo:
         if counters is None:  # no such attempt: nothing to count against
             return LogAppend(self.append_logs(job_id, attempt, lines))
         attempt_id, used, dropped_before = counters
-        split = split_at_quota(
-            lines, self._stored_seqs(job_id, attempt, lines), used, dropped_before > 0, max_bytes
-        )
+        # Past the quota every line is dropped: no need to look for ones stored already.
+        stored_seqs = set() if dropped_before else self._stored_seqs(job_id, attempt, lines)
+        split = split_at_quota(lines, stored_seqs, used, dropped_before > 0, max_bytes)
         stored = self.append_logs(job_id, attempt, split.kept)
         marker = False
         if split.first_dropped_at is not None and not dropped_before:
