@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.server.protocol import EventStream
+from tests.server.protocol import EventStream, eventually
 from tunefleet.limits import Limits
 
 
@@ -80,4 +80,27 @@ async def test_a_page_is_sent_the_keys_a_report_changed_not_the_whole_progress(
     job = await server.job(job_id)
     assert job["progress"] == {**big, "step": 3, "metric_7": 0.5}
     feed.close()
+    worker.close()
+
+
+async def test_a_heartbeats_progress_past_the_bound_is_left_out_and_the_heartbeat_taken(
+    make_server: Any,
+) -> None:
+    server = await make_server(limits=Limits(max_progress_keys=3))
+    worker = await server.connected_worker()
+    job_id = await server.running_job(worker)
+    assert (await worker.report(job_id, "running", progress={"step": 1})).status == 200
+    beat = await worker.heartbeat(
+        status="busy", current_job_id=job_id, job_progress={"step": 2, "a": 1, "b": 2, "c": 3}
+    )
+    assert beat.status == 200
+    # A later heartbeat's progress is taken: once it shows, the one before was handled.
+    beat = await worker.heartbeat(status="busy", current_job_id=job_id, job_progress={"step": 3})
+    assert beat.status == 200
+
+    async def progress_now() -> dict[str, Any] | None:
+        progress = (await server.job(job_id))["progress"]
+        return progress if progress["step"] == 3 else None
+
+    assert await eventually(progress_now, "the second heartbeat's progress") == {"step": 3}
     worker.close()
