@@ -125,6 +125,7 @@ CREATE TABLE IF NOT EXISTS "job_attempt" ("id" INTEGER NOT NULL PRIMARY KEY,
     "job_id" VARCHAR(64) NOT NULL, "number" INTEGER NOT NULL, "worker_id" VARCHAR(64),
     "dispatched_at" REAL NOT NULL, "started_at" REAL, "ended_at" REAL,
     "outcome" VARCHAR(16), "reason" TEXT,
+    "log_bytes" INTEGER NOT NULL, "log_lines_dropped" INTEGER NOT NULL,
     FOREIGN KEY ("job_id") REFERENCES "job" ("id") ON DELETE CASCADE);
 CREATE UNIQUE INDEX IF NOT EXISTS "job_attempt_job_id_number"
     ON "job_attempt" ("job_id", "number");
@@ -159,7 +160,8 @@ INSERT_JOB = (
 )
 INSERT_ATTEMPT = (
     "INSERT INTO job_attempt (job_id, number, worker_id, dispatched_at, started_at, ended_at,"
-    " outcome, reason) VALUES (?, ?, ?, ?, NULL, NULL, NULL, NULL)"
+    " outcome, reason, log_bytes, log_lines_dropped)"
+    " VALUES (?, ?, ?, ?, NULL, NULL, NULL, NULL, 0, 0)"
 )
 INSERT_EVENT = (
     "INSERT INTO job_event (job_id, at, kind, worker_id, attempt, detail) VALUES (?, ?, ?, ?, ?, ?)"

@@ -112,9 +112,9 @@ class FreeDiskFloor:
 class Limits:
     """The bounds in force; each field is one `tunefleet server` flag of the same name."""
 
-    # Logs: bytes stored per attempt; past it lines are dropped and counted.
+    # Logs: bytes stored per attempt; past it lines are dropped and counted (0: no quota).
     max_log_bytes_per_attempt: int = 256 * MiB
-    # Any request body, except artifact uploads (streamed to the store) and log batches.
+    # Any request body, log batches included; artifact uploads are streamed to the store.
     max_body_bytes: int = 1 * MiB
     # Progress: the merged object a job keeps (keys, and bytes as JSON).
     max_progress_keys: int = 256

@@ -374,3 +374,13 @@ def test_attempts_show_retries_spent_and_undelivered_dispatches_apart(
     job: dict[str, Any], text: str
 ) -> None:
     assert attempts_text(job) == text
+
+
+def test_a_progress_event_is_a_change_merged_into_the_progress_held() -> None:
+    watch = JobWatch("j_1")
+    watch.apply_detail({"status": "running", "progress": {"step": 10, "total": 40, "loss": 0.5}})
+    watch.apply_event("job_progress", {"job_id": "j_1", "progress": {"step": 11}})
+    assert watch.progress == {"step": 11, "total": 40, "loss": 0.5}
+    # A job event carries the whole object: it replaces.
+    watch.apply_event("job", {"job_id": "j_1", "status": "running", "progress": {"step": 1}})
+    assert watch.progress == {"step": 1}

@@ -21,6 +21,7 @@ from tunefleet.actors.stream import StreamEvent
 from tunefleet.agent.executor import JobExecutor
 from tunefleet.agent.gpu import GpuDevice, GpuInventory
 from tunefleet.agent.job_submit import job_spec
+from tunefleet.limits import Limits
 from tunefleet.protocol.events import JobRequirements, JobSubmitEvent
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,13 +46,18 @@ class LocalFleet:
 
 
 @pytest.fixture
-async def local(tmp_path: Path) -> AsyncIterator[LocalFleet]:
+def settings() -> FleetSettings:
+    return FleetSettings()
+
+
+@pytest.fixture
+async def local(tmp_path: Path, settings: FleetSettings) -> AsyncIterator[LocalFleet]:
     clock = RealClock()
     inventory = GpuInventory()  # no GPU here: the job asks for none
     harness = await FleetHarness.open(
         tmp_path / "data",
         clock,
-        FleetSettings(),
+        settings,
         local_worker=local_worker_record(inventory, clock.time()),
         storage="memory",
     )
@@ -84,6 +90,35 @@ async def test_a_local_job_runs_the_tiny_trainer_to_completion(local: LocalFleet
     assert {line.attempt for line in logs} == {1}
     assert any("step" in line.line for line in logs)
     await eventually(lambda: h.worker_state(LOCAL_WORKER_ID) == "idle", "the runner to be idle")
+
+
+@pytest.mark.parametrize(
+    "settings", [FleetSettings(limits=Limits(max_log_bytes_per_attempt=300))], ids=["tiny-quota"]
+)
+async def test_a_local_jobs_log_has_the_same_quota_as_a_remote_one(local: LocalFleet) -> None:
+    h = local.harness
+    config = {"max_train_steps": 20, "step_seconds": 0.01, "log_every": 1}
+    job_id = await local.submit("local", config)
+    await local.wait_until_ended(job_id)
+    assert (await h.job(job_id)).state == "completed"  # a quota reached is no failure
+    (attempt,) = await h.store.list_attempts(job_id)
+    assert 0 < attempt.log_bytes <= 300
+    assert attempt.log_lines_dropped > 0
+    logs = await h.store.read_logs(job_id)
+    assert [line.stream for line in logs].count("notice") == 1
+
+
+@pytest.mark.parametrize(
+    "settings", [FleetSettings(limits=Limits(max_progress_keys=1))], ids=["one-key"]
+)
+async def test_a_local_job_whose_progress_is_refused_runs_on_to_its_end(
+    local: LocalFleet,
+) -> None:
+    h = local.harness
+    job_id = await local.submit("local", {"max_train_steps": 5, "step_seconds": 0.01})
+    await local.wait_until_ended(job_id)
+    job = await h.job(job_id)
+    assert (job.state, job.progress) == ("completed", None)  # every report had more keys
 
 
 async def test_auto_runs_locally_when_no_remote_worker_qualifies(local: LocalFleet) -> None:

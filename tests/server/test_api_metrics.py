@@ -128,3 +128,24 @@ async def test_a_report_with_an_enormous_number_is_taken_without_that_number(ser
     data = await server.ok("GET", f"/api/queue/{job_id}/metrics")
     assert [(p["step"], p["values"]) for p in data["points"]] == [(3, {"loss": 0.5})]
     worker.close()
+
+
+async def test_csv_of_a_job_with_many_metric_names_is_bounded_and_says_so(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Finding 3 at small scale: every report names a new metric; one column each made the
+    # CSV as wide as the reports were many.
+    monkeypatch.setattr("tunefleet.metric_table.MAX_CSV_METRICS", 5)
+    monkeypatch.setattr("tunefleet.metric_table.CSV_LINES_PER_PIECE", 3)
+    worker = await server.connected_worker()
+    job_id = await server.running_job(worker)
+    for step in range(12):
+        await _report(worker, job_id, step=step, loss=1.0, **{f"m{step:02}": -0.5})
+    resp = await server.get(f"/api/queue/{job_id}/metrics?format=csv")
+    assert resp.status == 200
+    assert resp.headers["X-Tunefleet-Omitted-Columns"] == "8"
+    rows = list(csv.reader(io.StringIO(await resp.text())))
+    assert rows[0] == ["attempt", "step", "at", "loss", "m00", "m01", "m02", "m03"]
+    assert len(rows) == 13 and all(len(row) == 8 for row in rows)
+    assert rows[1][3:] == ["1.0", "-0.5", "", "", ""]  # a negative number stays a number
+    worker.close()

@@ -494,7 +494,7 @@ async def test_log_lines_are_stored_and_readable(server: Any) -> None:
     job_id = await server.running_job(worker)
     resp = await worker.send_logs(job_id, ["step 1 loss=0.5", "step 2 loss=0.4"])
     assert resp.status == 200
-    assert await resp.json() == {"success": True, "stored": 2}
+    assert await resp.json() == {"success": True, "stored": 2, "dropped": 0, "quota_reached": False}
     data = await server.ok("GET", f"/api/queue/{job_id}/logs")
     assert [line["line"] for line in data["lines"]] == ["step 1 loss=0.5", "step 2 loss=0.4"]
     assert data["lines"][0]["stream"] == "stdout"

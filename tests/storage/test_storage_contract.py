@@ -325,6 +325,16 @@ async def _script(store: Store, clock: list[float]) -> list[Any]:
     await step(lambda: store.append_logs("j_0", 1, [Line(2, "stderr", "y", START)]))
     await step(lambda: store.read_logs("j_0", after_id=0, limit=10))
     await step(lambda: store.read_logs("j_0", after_id=1, attempt=1))
+    quota_batch = [Line(3, "stdout", "z", START), Line(4, "stdout", "w" * 200, START + 1)]
+    quota_batch.append(Line(5, "stderr", "v", START + 2))
+    await step(lambda: store.append_logs_within_quota("j_0", 1, quota_batch, 300))
+    await step(lambda: store.append_logs_within_quota("j_0", 1, quota_batch[:1], 300))
+    await step(
+        lambda: store.append_logs_within_quota("j_0", 1, [Line(6, "stdout", "u", START)], 300)
+    )
+    await step(lambda: store.append_logs_within_quota("j_0", 7, [Line(1, "stdout", "t", START)], 9))
+    await step(lambda: store.read_logs("j_0", attempt=1))
+    await step(lambda: store.list_attempts("j_0"))
     await step(lambda: store.append_metrics("j_0", 1, 3, {"loss": 0.5}, START))
     await step(lambda: store.append_metrics("j_0", 1, 3, {"loss": 0.5}, START))
     await step(lambda: store.append_metrics("j_0", 1, 3, {"loss": 0.4}, START))

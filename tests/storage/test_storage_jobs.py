@@ -209,6 +209,47 @@ async def test_logs_append_dedupe_and_read_after_a_cursor(store: Store) -> None:
     assert await store.read_logs("j_missing") == []
 
 
+async def test_an_attempts_log_stops_at_its_quota_counts_what_it_drops_and_says_so_once(
+    store: Store,
+) -> None:
+    # Finding 1 at small scale: a tiny quota and many posts.
+    await store.create_job("j_1", config={})
+    await store.start_attempt("j_1", 1, worker_id="w_1")
+    quota = 10 * (64 + len("line 0")) + 5  # ten lines' worth ("line 0" … "line 9")
+    results = [await store.append_logs_within_quota("j_1", 1, _lines(n, 4), quota)
+               for n in range(0, 40, 4)]  # fmt: skip
+    assert [r.stored for r in results] == [4, 4, 2, 0, 0, 0, 0, 0, 0, 0]
+    assert sum(r.dropped for r in results) == 30
+    assert [r.marker for r in results] == [False, False, True] + [False] * 7
+    assert [r.quota_reached for r in results] == [False, False] + [True] * 8
+    stored = await store.read_logs("j_1")
+    assert [row.seq for row in stored] == [*range(10), -1]
+    marker = stored[-1]
+    assert (marker.stream, marker.at) == ("notice", 110.0)  # when the first dropped line was
+    assert "reached its quota" in marker.line and "log_lines_dropped" in marker.line
+    (attempt,) = await store.list_attempts("j_1")
+    assert (attempt.log_bytes, attempt.log_lines_dropped) == (quota - 5, 30)
+    # Past the quota a batch is not looked for among the stored lines: all of it is dropped.
+    again = await store.append_logs_within_quota("j_1", 1, _lines(0, 4), quota)
+    assert (again.stored, again.dropped) == (0, 4)
+    # Another attempt has a quota of its own.
+    await store.start_attempt("j_1", 2, worker_id="w_1")
+    fresh = await store.append_logs_within_quota("j_1", 2, _lines(0, 3), quota)
+    assert (fresh.stored, fresh.dropped, fresh.quota_reached) == (3, 0, False)
+    # Within the quota a batch sent again is neither stored twice nor counted.
+    again = await store.append_logs_within_quota("j_1", 2, _lines(0, 3), quota)
+    assert (again.stored, again.dropped) == (0, 0)
+    assert (await store.list_attempts("j_1"))[1].log_bytes == 3 * 70
+
+
+async def test_empty_lines_count_against_the_quota(store: Store) -> None:
+    await store.create_job("j_1", config={})
+    await store.start_attempt("j_1", 1, worker_id="w_1")
+    empty = [Line(seq, "stdout", "", 1.0) for seq in range(100)]
+    result = await store.append_logs_within_quota("j_1", 1, empty, 64 * 10)
+    assert (result.stored, result.dropped) == (10, 90)
+
+
 async def test_a_large_log_batch_is_split_into_chunks(store: Store) -> None:
     await store.create_job("j_1", config={})
     assert await store.append_logs("j_1", 1, _lines(1, 1234)) == 1234

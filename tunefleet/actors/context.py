@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tunefleet.limits import Limits
+
 if TYPE_CHECKING:
     from tunefleet.actors.clock import Clock
     from tunefleet.actors.events import EventHub
@@ -45,6 +47,9 @@ class FleetSettings:
     # because SimpleTuner's agent puts its orchestrator URL in front of it; empty only in
     # fleets built without an artifact store (unit tests).
     upload_endpoint: str = ""
+    # The bounds on what clients can grow (tunefleet/limits.py): log bytes per attempt and
+    # the job's progress are enforced by the actors.
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.errors import ActorError
 from tunefleet.actors.job_actor import JobActor
+from tunefleet.actors.log_intake import ended_job_refusal, live_attempt
 from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.actors.scheduler import Scheduler
 from tunefleet.actors.stream import StreamConnection
@@ -25,6 +26,7 @@ from tunefleet.errors import Conflict, Forbidden, NotFound
 from tunefleet.fsm.job import JobState
 from tunefleet.fsm.worker import WorkerState
 from tunefleet.protocol.status import TERMINAL_STATUSES
+from tunefleet.storage.log_quota import LogAppend
 
 log = structlog.get_logger(__name__)
 
@@ -203,7 +205,8 @@ class Fleet:
 
     async def report_logs(
         self, worker_id: str, job_id: str, attempt: int | None, lines: list[dict[str, Any]]
-    ) -> int:
+    ) -> LogAppend:
+        """Store a batch of a live attempt's lines within its quota (log_intake.py)."""
         job = self.ctx.jobs.get(job_id)
         if job is None:
             row = await self.ctx.persistence.job_summary(job_id)
@@ -211,11 +214,16 @@ class Fleet:
                 raise NotFound(f"Job not found: {job_id}")
             if worker_id not in row[2]:
                 raise Forbidden("Worker not assigned to this job")
-        elif job.worker_id != worker_id and worker_id not in job.past_workers:
-            raise Forbidden("Worker not assigned to this job")
-        stored = await self.ctx.persistence.append_logs(job_id, attempt, lines)
-        self.ctx.hub.publish("job_logs", job_id=job_id, attempt=attempt, lines=lines)
-        return stored
+            raise ended_job_refusal(job_id, row[0], attempt)
+        number = live_attempt(job, worker_id, attempt)
+        quota = self.ctx.settings.limits.max_log_bytes_per_attempt
+        result = await self.ctx.persistence.append_logs(job_id, number, lines, quota)
+        if result.stored or result.marker:
+            # Followers read the stored lines back; dropped ones are never sent on.
+            self.ctx.hub.publish(
+                "job_logs", job_id=job_id, attempt=number, lines=lines[: result.stored]
+            )
+        return result
 
     async def has_work_for(self, worker_id: str) -> bool:
         worker = self.worker(worker_id)

@@ -11,6 +11,7 @@ import structlog
 from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.matching import PendingJob
+from tunefleet.actors.progress_merge import MergedProgress, ProgressTooLarge, merge_progress
 from tunefleet.actors.records import JobRecord
 from tunefleet.actors.runtime import Actor
 from tunefleet.audit import AuditEntry, AuditKind
@@ -249,35 +250,54 @@ class JobActor(JobFsmMixin, Actor):
             )
         now = self.ctx.clock.time()
         word = msg.status
+        # Before anything changes: a report that would grow the progress past its bounds
+        # is refused whole (the job's end excepted, see _merge_progress).
+        merged = self._merge_progress(msg.progress, word) if msg.progress else None
+        reported = msg.progress if merged is not None else None
         if self.state == JobState.DISPATCHED:
             await self._acknowledge(now)
         if msg.resumed_from is not None and word in _RUNNING_WORDS:
             await self._record_resume(msg.resumed_from, now)
-        if msg.progress:
-            self.rec.progress = {**(self.rec.progress or {}), **msg.progress}
+        if merged is not None:
+            self.rec.progress = merged.progress
         if word in _RUNNING_WORDS:
-            if msg.progress:
+            if merged is not None:
                 await self.ctx.persistence.save_progress(
                     self.job_id,
                     self.rec.progress,
                     now,
                     attempt=self.attempts,
-                    reported=msg.progress,
+                    reported=reported,
                 )
+            if merged is not None and merged.changed:
+                # Pages hold the progress already (the job's view, or this feed since):
+                # they are sent the change, not the whole object again.
                 self.ctx.hub.publish(
                     "job_progress",
                     job_id=self.job_id,
                     attempt=self.attempts,
-                    progress=self.rec.progress,
+                    progress=merged.changed,
                 )
             return {"success": True}
         if word not in TERMINAL_STATUSES:
             return {"success": True}
         # The last numbers of the run belong to its history too, in the end's own commit.
-        await self._finish_from_report(word, msg.error, now, msg.progress)
+        await self._finish_from_report(word, msg.error, now, reported)
         if word == ReportedStatus.COMPLETED and self.ctx.artifacts is not None:
             await self.ctx.artifacts.record_outcome(self.job_id, self.attempts, msg.outputs)
         return {"success": True, "release_hold": True}
+
+    def _merge_progress(self, report: dict[str, Any], word: str) -> MergedProgress | None:
+        try:
+            return merge_progress(self.rec.progress, report, self.ctx.settings.limits)
+        except ProgressTooLarge as error:
+            if word not in TERMINAL_STATUSES:
+                raise
+            # The job's end is never lost to its numbers: it ends, without them.
+            log.warning(
+                "final progress over its bounds; not kept", job_id=self.job_id, reason=str(error)
+            )
+            return None
 
     async def _acknowledge(self, now: float) -> None:
         JOB_LIFECYCLE.fire(self, "start")

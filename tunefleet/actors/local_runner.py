@@ -29,6 +29,7 @@ from tunefleet.agent.executor import (
 )
 from tunefleet.agent.gpu import GpuInventory
 from tunefleet.agent.job_submit import job_spec
+from tunefleet.errors import BadRequest, Conflict
 from tunefleet.fsm.worker import WorkerState
 from tunefleet.protocol.endpoints import log_line
 from tunefleet.protocol.events import (
@@ -169,10 +170,10 @@ class LocalRunner:
                     )
                 elif isinstance(ev, ProgressReported):
                     self._progress = ev.progress
-                    await self._report(job_id, ReportedStatus.RUNNING, ev.progress, None)
+                    await self._report_progress(job_id, ev.progress)
                 elif isinstance(ev, LogBatch):
                     lines = [log_line(ln.seq, ln.stream, ln.line, ln.at) for ln in ev.lines]
-                    await self.fleet.report_logs(LOCAL_WORKER_ID, job_id, spec.attempt, lines)
+                    await self._report_logs(job_id, spec.attempt, lines)
 
             outcome: JobOutcome = await self.executor.run(spec, on_event)
             await self._report(
@@ -188,6 +189,22 @@ class LocalRunner:
             self._current = None
             self._progress = None
             self.fleet.report_written(LOCAL_WORKER_ID, job_id)
+
+    async def _report_progress(self, job_id: str, progress: dict[str, Any]) -> None:
+        try:
+            await self._report(job_id, ReportedStatus.RUNNING, progress, None)
+        except BadRequest as error:  # past the progress bounds: the job runs on without it
+            log.warning("local job progress refused", job_id=job_id, reason=str(error))
+
+    async def _report_logs(
+        self, job_id: str, attempt: int | None, lines: list[dict[str, Any]]
+    ) -> None:
+        """Through the same path and quota as a remote agent's; a quota reached is no
+        error, and lines of an attempt that has ended are dropped as the agent drops them."""
+        try:
+            await self.fleet.report_logs(LOCAL_WORKER_ID, job_id, attempt, lines)
+        except Conflict as error:
+            log.info("local job log batch dropped", job_id=job_id, reason=str(error))
 
     def _gpu_env(self, submit: JobSubmitEvent) -> dict[str, str]:
         """Give the job the GPUs it asked for (all of them when it named none)."""

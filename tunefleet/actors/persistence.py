@@ -23,6 +23,7 @@ from tunefleet.audit import AuditEntry, AuditLog
 from tunefleet.errors import Conflict
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.protocol.events import DEFAULT_CANCEL_REASON
+from tunefleet.storage.log_quota import LogAppend
 from tunefleet.storage.rows import JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_metrics import metric_point
@@ -490,12 +491,13 @@ class Persistence:
         return row.state, row.worker_id, {a.worker_id for a in attempts if a.worker_id}
 
     async def append_logs(
-        self, job_id: str, attempt: int | None, lines: list[dict[str, Any]]
-    ) -> int:
+        self, job_id: str, attempt: int, lines: list[dict[str, Any]], max_bytes: int
+    ) -> LogAppend:
+        """Within the attempt's log quota of ``max_bytes`` (0: none)."""
         batch = [
             _LogLine(int(ln["seq"]), ln["stream"], ln["line"], float(ln["at"])) for ln in lines
         ]
-        return await self.store.append_logs(job_id, attempt or 1, batch)
+        return await self.store.append_logs_within_quota(job_id, attempt, batch, max_bytes)
 
     async def job_counts(self) -> dict[str, int]:
         return await self.store.job_counts()

@@ -15,6 +15,7 @@ job may be dispatched here again while a report on its earlier attempt is still 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ class Report:
     body: dict[str, Any]
     in_flight: bool = False
     attempt: int | None = None
+    # A log batch's size as JSON, about (its lines' wire_size): kept under a body limit.
+    wire_bytes: int = 0
 
     def about(self, job_id: str, attempt: int | None) -> bool:
         """Whether it is about that job, and that attempt of it unless ``attempt`` is None."""
@@ -62,9 +65,28 @@ class Report:
         return len(self.body["lines"]) if self.kind == "logs" else 0
 
 
+# A log batch's bytes as JSON at most: half the orchestrator's default body limit of 1 MiB
+# (a batch over it is refused with 413), so that a full batch fits with room to spare.
+MAX_BATCH_BYTES = 512 * 1024
+# A wire line's JSON beyond its text: {"seq":…,"stream":"stdout","line":…,"at":…}.
+_LINE_FRAME_BYTES = 80
+
+
+def wire_size(text: str) -> int:
+    """A log line's bytes in a batch as aiohttp encodes it (json.dumps, ASCII escapes)."""
+    return len(json.dumps(text)) + _LINE_FRAME_BYTES
+
+
 class Outbox:
-    def __init__(self, *, max_batch_lines: int = 500, max_log_lines: int = 50_000) -> None:
+    def __init__(
+        self,
+        *,
+        max_batch_lines: int = 500,
+        max_log_lines: int = 50_000,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
+    ) -> None:
         self.max_batch_lines = max_batch_lines
+        self.max_batch_bytes = max_batch_bytes
         self.max_log_lines = max_log_lines
         self.logs_enabled = True
         self.dropped_log_lines = 0
@@ -122,28 +144,56 @@ class Outbox:
         self.add_status(job_id, ReportedStatus.RUNNING, attempt=attempt, progress=progress)
 
     def add_logs(self, job_id: str, attempt: int, lines: Sequence[LogLine]) -> None:
+        """Lines join the batch at the tail while it has room (in lines and in bytes),
+        else start a new one."""
         if not self.logs_enabled or not lines:
             return
-        wire = [log_line(ln.seq, ln.stream, ln.line, ln.at) for ln in lines]
         tail = self._items[-1] if self._items else None
-        if (
-            tail is not None
+        batch = (
+            tail
+            if tail is not None
             and tail.kind == "logs"
             and tail.job_id == job_id
             and tail.body["attempt"] == attempt
             and not tail.in_flight
-            and tail.line_count + len(wire) <= self.max_batch_lines
-        ):
-            tail.body["lines"].extend(wire)
-            self._log_lines += len(wire)
-        else:
-            for start in range(0, len(wire), self.max_batch_lines):
-                chunk = wire[start : start + self.max_batch_lines]
-                # The lines are wire dicts already (a batch grows while it waits).
-                batch = JobLogsRequest.model_construct(attempt=attempt)
-                body = batch.model_dump(exclude_unset=True) | {"lines": chunk}
-                self._append(Report("logs", job_id, body, attempt=attempt))
+            else None
+        )
+        for ln in lines:
+            size = wire_size(ln.line)
+            if (
+                batch is None
+                or batch.line_count >= self.max_batch_lines
+                or (batch.line_count and batch.wire_bytes + size > self.max_batch_bytes)
+            ):
+                batch = self._new_log_batch(job_id, attempt)
+            batch.body["lines"].append(log_line(ln.seq, ln.stream, ln.line, ln.at))
+            batch.wire_bytes += size
+            self._log_lines += 1
         self._trim_logs()
+
+    def _new_log_batch(self, job_id: str, attempt: int) -> Report:
+        # The lines are wire dicts already (a batch grows while it waits).
+        body = JobLogsRequest.model_construct(attempt=attempt).model_dump(exclude_unset=True)
+        batch = Report("logs", job_id, body | {"lines": []}, attempt=attempt)
+        self._append(batch)
+        return batch
+
+    def split_batch(self, report: Report) -> bool:
+        """Halve a log batch the orchestrator refused as too large (413) in place, its
+        second half queued right behind it, and keep later batches under that size.
+        False when it holds one line (nothing to halve)."""
+        lines = report.body["lines"]
+        if report.kind != "logs" or len(lines) < 2 or report not in self._items:
+            return False
+        half = len(lines) // 2
+        rest = Report("logs", report.job_id, report.body | {"lines": lines[half:]})
+        rest.attempt = report.attempt
+        del lines[half:]
+        for batch in (report, rest):
+            batch.wire_bytes = sum(wire_size(line["line"]) for line in batch.body["lines"])
+        self.max_batch_bytes = max(1, min(self.max_batch_bytes, report.wire_bytes))
+        self._items.insert(self._items.index(report) + 1, rest)
+        return True
 
     # --- taking -----------------------------------------------------------------------
 
@@ -301,6 +351,10 @@ class ReportSender:
             await self.client.send_logs(report.job_id, report.body)
 
     def _refused(self, report: Report, error: RequestRejected) -> None:
+        if error.status == 413 and self.outbox.split_batch(report):
+            # The orchestrator's body limit is lower than this batch: send it in halves.
+            log.info("log batch too large; sending it in halves", job_id=report.job_id)
+            return
         job_gone = error.detail.startswith("Job not found")
         if report.kind == "logs" and error.status in (404, 405) and not job_gone:
             dropped = self.outbox.disable_logs()

@@ -120,12 +120,16 @@ class JobWatch:
             self.error = data.get("error")
             if self.status != JobState.PENDING:
                 self.wait_reason = self.queue_position = None
-        self._progress(data.get("progress"))
+            # The whole object, None once requeued (the next attempt starts afresh).
+            self._progress(data.get("progress") or {})
+        elif kind == "job_progress":
+            # The keys the report changed, to merge into what we hold.
+            self._progress(data.get("progress"), merge=True)
 
-    def _progress(self, progress: Any) -> None:
+    def _progress(self, progress: Any, *, merge: bool = False) -> None:
         if not isinstance(progress, dict):
             return
-        self.progress = progress
+        self.progress = {**self.progress, **progress} if merge else progress
         step = progress.get("step")
         if isinstance(step, int | float):
             self.rate.add(float(step))

@@ -38,6 +38,8 @@ def _echo_line(line: dict[str, Any], as_json: bool) -> None:
         click.echo(json.dumps(line, ensure_ascii=False))
     elif line.get("stream") == "stderr":
         click.secho(str(line.get("line", "")), fg="red")
+    elif line.get("stream") == "notice":  # the orchestrator's: the log quota was reached
+        click.secho(str(line.get("line", "")), fg="yellow", err=True)
     else:
         click.echo(str(line.get("line", "")))
 

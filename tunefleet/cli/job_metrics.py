@@ -11,7 +11,7 @@ from tunefleet.cli.client import ApiClient, Connection
 from tunefleet.cli.follow import job_path
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import print_table
-from tunefleet.metric_table import in_step_order, metric_names, metrics_csv
+from tunefleet.metric_table import csv_columns, in_step_order, metrics_csv_pieces
 
 PAGE = 10_000  # the API's largest page
 MAX_PAGES = 1000  # a bound: the history itself is bounded per attempt
@@ -46,10 +46,18 @@ def metrics(
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "points": points}, indent=2))
         return
+    columns = csv_columns(points)
+    if columns.omitted:
+        click.echo(
+            f"{columns.omitted} metric names reported too rarely to show were left out "
+            f"(the {len(columns.names)} most reported are shown); --json has them all",
+            err=True,
+        )
     if as_csv:
-        click.echo(metrics_csv(points), nl=False)
+        for piece in metrics_csv_pieces(points, columns):
+            click.echo(piece, nl=False)
         return
-    names = metric_names(points)
+    names = columns.names
     rows = (
         [str(p["attempt"]), str(p["step"]), *(_number(p["values"].get(n)) for n in names)]
         for p in in_step_order(points)

@@ -124,6 +124,7 @@ class ServerOptions:
             default_max_retries=self.max_retries,
             local_runner=self.local_runner,
             upload_endpoint="/api/artifacts",
+            limits=self.limits,
         )
 
     @property
@@ -160,7 +161,7 @@ def build_app(options: ServerOptions, clock: Clock | None = None) -> web.Applica
     """The application; storage, actors and the local runner live in its cleanup context,
     storage first so that it closes last."""
     door = app_front_door(keys.METRICS, keys.LEADERSHIP)
-    app = web.Application(middlewares=[door], client_max_size=1024**2)
+    app = web.Application(middlewares=[door], client_max_size=options.limits.max_body_bytes)
     app[keys.OPTIONS] = options.absolute()
     app[keys.CLOCK] = clock or RealClock()
     app[keys.BACKGROUND] = set()

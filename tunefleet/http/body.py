@@ -45,12 +45,15 @@ def too_large(max_bytes: int) -> ApiError:
     return ApiError(413, f"request body over {human_size(max_bytes)}; send less")
 
 
-async def read_body(request: web.Request, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+async def read_body(request: web.Request, max_bytes: int | None = None) -> bytes:
     """The raw body, at most ``max_bytes`` (413 beyond), read once and kept on the request.
 
     Reads the stream itself rather than ``request.read()`` so that the limit can differ
-    per endpoint from the application's ``client_max_size``.
+    per endpoint from the application's ``client_max_size``, which is the limit otherwise
+    (``Limits.max_body_bytes``, ``--max-body-bytes``).
     """
+    if max_bytes is None:
+        max_bytes = request.client_max_size
     # Only a stream read to its end can have left a body here; asking first would look
     # for it on every request, and a miss raises and catches a KeyError inside aiohttp.
     if request.content.at_eof():
@@ -88,10 +91,11 @@ async def _read_exactly(request: web.Request, n_bytes: int) -> bytes:
         return short.partial  # what arrived; the JSON parse says what is wrong with it
 
 
-async def parse_body(
-    request: web.Request, model: type[M], *, max_bytes: int = DEFAULT_MAX_BODY_BYTES
-) -> M:
-    """The request body as ``model``, or an ApiError (400/413) with a one-line detail."""
+async def parse_body(request: web.Request, model: type[M], *, max_bytes: int | None = None) -> M:
+    """The request body as ``model``, or an ApiError (400/413) with a one-line detail;
+    ``max_bytes`` defaults to the application's body limit (``read_body``)."""
+    if max_bytes is None:
+        max_bytes = request.client_max_size
     raw = await read_body(request, max_bytes)
     return parse_json_bytes(raw, model, max_bytes=max_bytes)
 

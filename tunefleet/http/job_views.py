@@ -61,6 +61,8 @@ def job_detail(
                 "ended_at": iso(a.ended_at),
                 "outcome": a.outcome,
                 "reason": a.reason,
+                "log_bytes": a.log_bytes,
+                "log_lines_dropped": a.log_lines_dropped,
             }
             for a in attempts
         ],

@@ -53,7 +53,6 @@ log = structlog.get_logger(__name__)
 # which SimpleTuner's agent (reading only `data:` lines) also sees.
 _NO_LIBRARY_PING_S = 86_400.0
 _PING = PingEvent().model_dump_json()
-_MAX_LOG_BATCH_BYTES = 10 * 1024 * 1024
 # What json.dumps(data, separators=(",", ":"), default=str) writes, without the encoder
 # that json.dumps makes anew on each call given any argument (about 0.8 us an event).
 _EVENT_DATA = json.JSONEncoder(separators=(",", ":"), default=str)
@@ -236,23 +235,29 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
     errors={
         403: "Worker not assigned to this job",
         404: "Job not found",
+        409: "The attempt has ended (the job finished, was requeued or dispatched again); "
+        "stop sending its logs",
         507: "The orchestrator's disk is below its free-space floor; send the lines later",
     },
 )
 async def report_job_logs(request: web.Request) -> web.StreamResponse:
     check_disk(request, "log lines")
-    # A full batch (1000 lines of up to 8 KiB) is larger than the default body limit.
-    body = await parse_body(request, JobLogsRequest, max_bytes=_MAX_LOG_BATCH_BYTES)
+    # The same body limit as any request (1 MiB by default): tunefleet's agent sizes its
+    # batches to fit.
+    body = await parse_body(request, JobLogsRequest)
     lines = [line.model_dump() for line in body.lines]
     job_id = request.match_info["job_id"]
     try:
-        stored = await fleet_of(request).report_logs(
+        result = await fleet_of(request).report_logs(
             worker_id_of(request), job_id, body.attempt, lines
         )
     except Forbidden:
         await audit_foreign_job(request, job_id)
         raise
-    return web.json_response(LogBatchResponse(stored=stored).model_dump())
+    answer = LogBatchResponse(
+        stored=result.stored, dropped=result.dropped, quota_reached=result.quota_reached
+    )
+    return web.json_response(answer.model_dump())
 
 
 @routes.route(

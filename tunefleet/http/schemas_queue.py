@@ -213,6 +213,12 @@ class AttemptView(ResponseModel):
     ended_at: str | None = None
     outcome: str | None = None
     reason: str | None = None
+    log_bytes: int = Field(
+        default=0, description="The attempt's stored log, as its quota counts it"
+    )
+    log_lines_dropped: int = Field(
+        default=0, description="Lines dropped past the attempt's log quota"
+    )
 
 
 class TimelineEntry(ResponseModel):
@@ -300,7 +306,9 @@ class JobLogsQuery(RequestModel):
 class LogLineView(ResponseModel):
     seq: int
     attempt: int | None = None
-    stream: LogStream
+    stream: LogStream | Literal["notice"] = Field(
+        description="notice: the orchestrator's own line (the attempt's log quota reached)"
+    )
     line: str
     at: str
 

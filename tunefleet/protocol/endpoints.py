@@ -253,10 +253,13 @@ class JobLogsRequest(RequestModel):
 
 class LogBatchResponse(ResponseModel):
     """The answer to a log batch: how many of its lines were new (a batch sent again after
-    a lost answer stores none twice)."""
+    a lost answer stores none twice), how many were dropped past the attempt's log quota,
+    and whether that quota is reached (not an error: the job goes on, its log does not)."""
 
     success: bool = True
     stored: int = Field(ge=0)
+    dropped: int = Field(default=0, ge=0)
+    quota_reached: bool = False
 
 
 class WorkerIdQuery(RequestModel):

@@ -13,6 +13,7 @@ from typing import Any
 from tunefleet.fsm.job import TERMINAL_JOB_STATES
 from tunefleet.fsm.worker import WorkerState
 from tunefleet.storage.errors import AlreadyExists
+from tunefleet.storage.log_quota import LogAppend, quota_marker, split_at_quota
 from tunefleet.storage.memory_tables import (
     Tables,
     changed_row,
@@ -435,6 +436,36 @@ class MemoryJobRepo(JobRepo):
             self._t.insert("job_logs", JobLogRow, JobLog, log_values(job_id, attempt, line))
             added += 1
         return added
+
+    def append_logs_within_quota(
+        self, job_id: str, attempt: int, lines: Sequence[LogLineLike], max_bytes: int
+    ) -> LogAppend:
+        row = self._t.attempts.get((job_id, attempt))
+        if row is None:
+            return LogAppend(self.append_logs(job_id, attempt, lines))
+        dropped_before = row.log_lines_dropped
+        stored_seqs = (
+            set()
+            if dropped_before
+            else {
+                r.seq
+                for r in self._t.job_logs.values()
+                if r.job_id == job_id and r.attempt == attempt
+            }
+        )
+        split = split_at_quota(lines, stored_seqs, row.log_bytes, dropped_before > 0, max_bytes)
+        stored = self.append_logs(job_id, attempt, split.kept)
+        marker = False
+        if split.first_dropped_at is not None and not dropped_before:
+            line = quota_marker(max_bytes, split.first_dropped_at)
+            marker = self.append_logs(job_id, attempt, [line]) == 1
+        if split.kept_bytes or split.dropped:
+            counters = {
+                "log_bytes": row.log_bytes + split.kept_bytes,
+                "log_lines_dropped": dropped_before + split.dropped,
+            }
+            self._t.attempts[(job_id, attempt)] = changed_row(row, JobAttempt, counters)
+        return LogAppend(stored, split.dropped, marker, bool(split.dropped or dropped_before))
 
     def read_logs(
         self,

@@ -338,6 +338,16 @@ def _users_and_teams(database: pw.Database) -> None:
             tokens.update(permissions=text).where(token_id == row["id"]).execute()
 
 
+def _attempt_log_quota(database: pw.Database) -> None:
+    """Each attempt's stored log bytes and the lines dropped past its quota (issue 23).
+    Attempts from before count from zero: their lines are not summed again."""
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(
+        migrator.add_column("job_attempt", "log_bytes", pw.BigIntegerField(default=0)),
+        migrator.add_column("job_attempt", "log_lines_dropped", pw.BigIntegerField(default=0)),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -357,6 +367,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(9, "job local_unisolated", _job_local_unisolated),
     Migration(10, "users, teams and memberships; tokens and jobs belong to one", _users_and_teams),
+    Migration(11, "job_attempt log_bytes and log_lines_dropped", _attempt_log_quota),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

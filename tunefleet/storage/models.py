@@ -279,6 +279,10 @@ class JobAttempt(BaseModel):
     ended_at = pw.DoubleField(null=True)
     outcome = pw.CharField(max_length=16, null=True)
     reason = pw.TextField(null=True)
+    # Added by migration 11: the attempt's stored log (bytes as storage/log_quota.py counts
+    # them) and the lines dropped past its quota.
+    log_bytes = pw.BigIntegerField(default=0)
+    log_lines_dropped = pw.BigIntegerField(default=0)
 
     class Meta:
         table_name = "job_attempt"

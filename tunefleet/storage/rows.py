@@ -147,6 +147,8 @@ class JobAttemptRow:
     ended_at: float | None
     outcome: str | None
     reason: str | None
+    log_bytes: int = 0
+    log_lines_dropped: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from tunefleet.fsm.worker import WorkerState
+from tunefleet.storage.log_quota import LogAppend
 from tunefleet.storage.rows import (
     ApiTokenRow,
     AuditEventRow,
@@ -359,6 +360,14 @@ class Store:
     async def append_logs(self, job_id: str, attempt: int, lines: Iterable[LogLineLike]) -> int:
         batch = list(lines)  # materialise here: the iterable may not be thread-safe
         return await self.db.write(partial(self._jobs.append_logs, job_id, attempt, batch))
+
+    async def append_logs_within_quota(
+        self, job_id: str, attempt: int, lines: Iterable[LogLineLike], max_bytes: int
+    ) -> LogAppend:
+        """Store what fits in the attempt's log quota; count the rest (log_quota.py)."""
+        batch = list(lines)
+        append = partial(self._jobs.append_logs_within_quota, job_id, attempt, batch, max_bytes)
+        return await self.db.write(append)
 
     async def read_logs(
         self, job_id: str, *, after_id: int = 0, limit: int = MAX_PAGE, attempt: int | None = None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import peewee as pw
 
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.storage.errors import AlreadyExists
+from tunefleet.storage.log_quota import LogAppend, quota_marker, split_at_quota
 from tunefleet.storage.models import (
     Job,
     JobAttempt,
@@ -384,6 +385,48 @@ class JobRepo:
             query = JobLog.insert_many(rows[start : start + _LOG_CHUNK]).on_conflict_ignore()
             inserted += int(query.as_rowcount().execute())
         return inserted
+
+    def append_logs_within_quota(
+        self, job_id: str, attempt: int, lines: Sequence[LogLineLike], max_bytes: int
+    ) -> LogAppend:
+        """``append_logs`` within the attempt's log quota (storage/log_quota.py): the
+        lines that fit are stored, the rest counted on the attempt, and the first batch
+        that drops any stores the marker line. One transaction with the counters."""
+        counters = (
+            JobAttempt.select(JobAttempt.id, JobAttempt.log_bytes, JobAttempt.log_lines_dropped)
+            .where(JobAttempt.job == job_id, JobAttempt.number == attempt)
+            .tuples()
+            .first()
+        )
+        if counters is None:  # no such attempt: nothing to count against
+            return LogAppend(self.append_logs(job_id, attempt, lines))
+        attempt_id, used, dropped_before = counters
+        # Past the quota every line is dropped: no need to look for ones stored already.
+        stored_seqs = set() if dropped_before else self._stored_seqs(job_id, attempt, lines)
+        split = split_at_quota(lines, stored_seqs, used, dropped_before > 0, max_bytes)
+        stored = self.append_logs(job_id, attempt, split.kept)
+        marker = False
+        if split.first_dropped_at is not None and not dropped_before:
+            line = quota_marker(max_bytes, split.first_dropped_at)
+            marker = self.append_logs(job_id, attempt, [line]) == 1
+        if split.kept_bytes or split.dropped:
+            JobAttempt.update(
+                log_bytes=JobAttempt.log_bytes + split.kept_bytes,
+                log_lines_dropped=JobAttempt.log_lines_dropped + split.dropped,
+            ).where(JobAttempt.id == attempt_id).execute()
+        return LogAppend(stored, split.dropped, marker, bool(split.dropped or dropped_before))
+
+    def _stored_seqs(self, job_id: str, attempt: int, lines: Sequence[LogLineLike]) -> set[int]:
+        seqs = [line.seq for line in lines]
+        found: set[int] = set()
+        for start in range(0, len(seqs), _LOG_CHUNK):
+            query = JobLog.select(JobLog.seq).where(
+                JobLog.job == job_id,
+                JobLog.attempt == attempt,
+                JobLog.seq.in_(seqs[start : start + _LOG_CHUNK]),
+            )
+            found.update(row[0] for row in query.tuples().iterator())
+        return found
 
     def read_logs(
         self,

@@ -80,7 +80,8 @@ live.on('worker_deleted', (data) => fleet.remove(data.worker_id));
 live.on('job_progress', (data) => {
   for (const worker of fleet.workers.values()) {
     if (worker.current_job_id === data.job_id) {
-      worker.job_progress = data.progress;
+      // The keys the report changed, merged into the progress the worker's view holds.
+      worker.job_progress = { ...(worker.job_progress || {}), ...data.progress };
       fleet.changed();
     }
   }

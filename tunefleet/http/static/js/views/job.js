@@ -303,7 +303,8 @@ export function mount(main, { args }) {
       if (data.worker_id !== undefined) job.worker_id = data.worker_id;
       if (data.attempt !== undefined) job.attempts = data.attempt;
       if (data.undelivered !== undefined) job.undelivered = data.undelivered;
-      if (data.progress) job.progress = data.progress;
+      // The whole object (null once requeued): job_progress events then merge into it.
+      if (data.progress !== undefined) job.progress = data.progress;
       if (data.error !== undefined) job.error = data.error;
       renderHead();
       renderFacts();
@@ -312,9 +313,10 @@ export function mount(main, { args }) {
     }),
     live.on('job_progress', (data) => {
       if (data.job_id !== jobId || !job) return;
-      job.progress = data.progress;
+      // The event holds the keys the report changed: merge them into what we hold.
+      job.progress = { ...(job.progress || {}), ...data.progress };
       renderProgress();
-      if (!history.addProgress(data.progress, data.attempt ?? job.attempts)) return;
+      if (!history.addProgress(job.progress, data.attempt ?? job.attempts)) return;
       if (history.size > MAX_LIVE_POINTS) {
         // A long run watched for hours: the stored history is evenly thinned, read it again.
         history.clear();

@@ -230,7 +230,8 @@ export function mount(main, { params }) {
           worker_id: data.worker_id !== undefined ? data.worker_id : job.worker_id,
           attempts: data.attempt ?? job.attempts,
           undelivered: data.undelivered ?? job.undelivered,
-          progress: data.progress !== undefined && data.progress !== null ? data.progress : job.progress,
+          // The whole object (null once requeued): job_progress events then merge into it.
+          progress: data.progress !== undefined ? data.progress : job.progress,
           error: data.error !== undefined ? data.error : job.error,
         });
         render();
@@ -241,7 +242,8 @@ export function mount(main, { params }) {
     live.on('job_progress', (data) => {
       const job = jobs.find((j) => j.job_id === data.job_id);
       if (job) {
-        job.progress = data.progress;
+        // The event holds the keys the report changed: merge them into what we hold.
+        job.progress = { ...(job.progress || {}), ...data.progress };
         render();
       }
     }),
