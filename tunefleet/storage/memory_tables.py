@@ -22,6 +22,7 @@ from tunefleet.storage.rows import (
     JobLogRow,
     JobMetricRow,
     JobRow,
+    TeamBudgetRow,
     TeamMemberRow,
     TeamRow,
     UserRow,
@@ -52,6 +53,7 @@ class Tables:
     users: dict[int, UserRow] = field(default_factory=dict)
     teams: dict[int, TeamRow] = field(default_factory=dict)
     team_members: dict[int, TeamMemberRow] = field(default_factory=dict)
+    team_budgets: dict[int, TeamBudgetRow] = field(default_factory=dict)
     jobs: dict[str, JobRow] = field(default_factory=dict)
     attempts: dict[tuple[str, int], JobAttemptRow] = field(default_factory=dict)
     job_events: dict[int, JobEventRow] = field(default_factory=dict)

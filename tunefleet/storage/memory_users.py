@@ -1,5 +1,5 @@
-"""In-memory users, teams and memberships: store_users' repository over memory_tables,
-keeping its contract (same arguments, answers and errors; the contract test checks)."""
+"""In-memory users, teams and memberships (store_users) and usage and budgets
+(store_usage): their repositories over memory_tables, keeping their contract (same arguments, answers and errors; the contract test checks)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from collections.abc import Sequence
 
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.memory_tables import Tables, changed_row, fresh
-from tunefleet.storage.models import Team, TeamMember, User
-from tunefleet.storage.rows import TeamMemberRow, TeamRow, UserRow
+from tunefleet.storage.models import Team, TeamBudget, TeamMember, User
+from tunefleet.storage.rows import TeamBudgetRow, TeamMemberRow, TeamRow, UserRow
 from tunefleet.storage.store_base import Now
+from tunefleet.storage.store_usage import UsageRepo
 from tunefleet.storage.store_users import (
     ADMIN_ROLE,
     Membership,
@@ -19,6 +20,7 @@ from tunefleet.storage.store_users import (
     unknown_team,
     unknown_user,
 )
+from tunefleet.usage import AttemptSpan
 
 
 class MemoryUserRepo(UserRepo):
@@ -167,3 +169,63 @@ class MemoryUserRepo(UserRepo):
         if row is None:
             raise unknown_team(name)
         return row
+
+
+class MemoryUsageRepo(UsageRepo):
+    """store_usage over the in-memory tables."""
+
+    def __init__(self, now: Now, tables: Tables) -> None:
+        super().__init__(now)
+        self._t = tables
+
+    def attempt_spans(self, since: float | None, until: float | None) -> list[AttemptSpan]:
+        spans = []
+        attempts = sorted(self._t.attempts.values(), key=lambda a: (a.dispatched_at, a.id))
+        for a in attempts:
+            if until is not None and not a.dispatched_at < until:
+                continue
+            if since is not None and a.ended_at is not None and not a.ended_at > since:
+                continue
+            job = self._t.jobs[a.job_id]
+            spans.append(
+                AttemptSpan(
+                    a.job_id,
+                    a.number,
+                    job.user_name,
+                    job.team_name,
+                    job.gpu_count,
+                    a.dispatched_at,
+                    a.ended_at,
+                )
+            )
+        return spans
+
+    def set_budget(self, team: str, gpu_hours: float, period: str, action: str) -> TeamBudgetRow:
+        values = {
+            "team_name": team,
+            "gpu_hours": gpu_hours,
+            "period": period,
+            "action": action,
+            "updated_at": self._now(),
+        }
+        old = self._find_budget(team)
+        if old is None:
+            return fresh(self._t.insert("team_budgets", TeamBudgetRow, TeamBudget, values))
+        row = self._t.team_budgets[old.id] = changed_row(old, TeamBudget, values)
+        return fresh(row)
+
+    def clear_budget(self, team: str) -> bool:
+        old = self._find_budget(team)
+        if old is not None:
+            del self._t.team_budgets[old.id]
+        return old is not None
+
+    def budget(self, team: str) -> TeamBudgetRow | None:
+        row = self._find_budget(team)
+        return fresh(row) if row is not None else None
+
+    def budgets(self) -> list[TeamBudgetRow]:
+        return sorted((fresh(b) for b in self._t.team_budgets.values()), key=lambda b: b.team_name)
+
+    def _find_budget(self, team: str) -> TeamBudgetRow | None:
+        return next((b for b in self._t.team_budgets.values() if b.team_name == team), None)

@@ -348,6 +348,24 @@ def _attempt_log_quota(database: pw.Database) -> None:
     )
 
 
+def _team_budgets(database: pw.Database) -> None:
+    """Teams' GPU-hour budgets (issue 24). A frozen copy of the model as it was at 12."""
+
+    class TeamBudget(pw.Model):
+        id = pw.AutoField()
+        team_name = pw.CharField(max_length=64, unique=True)
+        gpu_hours = pw.DoubleField()
+        period = pw.CharField(max_length=8)
+        action = pw.CharField(max_length=8)
+        updated_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "team_budget"
+
+    TeamBudget._meta.set_database(database)
+    database.create_tables([TeamBudget], safe=False)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -368,6 +386,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "job local_unisolated", _job_local_unisolated),
     Migration(10, "users, teams and memberships; tokens and jobs belong to one", _users_and_teams),
     Migration(11, "job_attempt log_bytes and log_lines_dropped", _attempt_log_quota),
+    Migration(12, "team GPU-hour budgets", _team_budgets),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

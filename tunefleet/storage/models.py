@@ -288,6 +288,22 @@ class JobAttempt(BaseModel):
         table_name = "job_attempt"
 
 
+class TeamBudget(BaseModel):
+    """Added by migration 12: a team's GPU-hour budget per day, week or month (UTC), and
+    what a submit past it meets (`warn` or `block`). One per team; named by the team's
+    name, as jobs are (teams are never renamed)."""
+
+    id = pw.AutoField()
+    team_name = pw.CharField(max_length=64, unique=True)
+    gpu_hours = pw.DoubleField()
+    period = pw.CharField(max_length=8)
+    action = pw.CharField(max_length=8)
+    updated_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "team_budget"
+
+
 class JobEvent(BaseModel):
     id = pw.BigAutoField()
     job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id")
@@ -415,6 +431,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     TeamMember,
     Job,
     JobAttempt,
+    TeamBudget,
     JobEvent,
     JobLog,
     JobMetric,

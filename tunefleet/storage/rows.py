@@ -93,6 +93,16 @@ class TeamRow:
 
 
 @dataclass(frozen=True, slots=True)
+class TeamBudgetRow:
+    id: int
+    team_name: str
+    gpu_hours: float
+    period: str
+    action: str
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class TeamMemberRow:
     id: int
     team_id: int
