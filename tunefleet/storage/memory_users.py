@@ -1,5 +1,6 @@
 """In-memory users, teams and memberships (store_users) and usage and budgets
-(store_usage): their repositories over memory_tables, keeping their contract (same arguments, answers and errors; the contract test checks)."""
+(store_usage): their repositories over memory_tables, keeping their contract (same
+arguments, answers and errors; the contract test checks)."""
 
 from __future__ import annotations
 
