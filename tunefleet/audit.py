@@ -80,6 +80,10 @@ class AuditKind(StrEnum):
     TEAM_CREATED = "team.created"
     TEAM_MEMBER_ADDED = "team.member_added"
     TEAM_MEMBER_REMOVED = "team.member_removed"
+    TEAM_BUDGET_SET = "team.budget_set"
+    TEAM_BUDGET_CLEARED = "team.budget_cleared"
+    # A submit let through past its team's spent `warn` budget.
+    BUDGET_WARNING = "budget.warning"
 
 
 _KINDS = frozenset(kind.value for kind in AuditKind)

@@ -9,6 +9,7 @@ from tunefleet.actors.records import iso
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.http.schemas_queue import hide_env_values
 from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobLogRow, JobRow
+from tunefleet.usage import AttemptSpan, attempt_gpu_seconds
 
 
 def job_summary(row: JobRow, undelivered: int = 0) -> dict[str, Any]:
@@ -44,8 +45,9 @@ def job_summary(row: JobRow, undelivered: int = 0) -> dict[str, Any]:
 
 
 def job_detail(
-    row: JobRow, attempts: list[JobAttemptRow], events: list[JobEventRow]
+    row: JobRow, attempts: list[JobAttemptRow], events: list[JobEventRow], now: float
 ) -> dict[str, Any]:
+    """`now`: what a running attempt's GPU-seconds count up to."""
     return {
         **job_summary(row, sum(a.outcome == UNDELIVERED for a in attempts)),
         "config": row.config,
@@ -63,6 +65,7 @@ def job_detail(
                 "reason": a.reason,
                 "log_bytes": a.log_bytes,
                 "log_lines_dropped": a.log_lines_dropped,
+                "gpu_seconds": attempt_gpu_seconds(attempt_span(row, a), now),
             }
             for a in attempts
         ],
@@ -87,3 +90,16 @@ def log_line_view(row: JobLogRow) -> dict[str, Any]:
         "line": row.line,
         "at": iso(row.at),
     }
+
+
+def attempt_span(row: JobRow, attempt: JobAttemptRow) -> AttemptSpan:
+    """The attempt as accounting sees it (tunefleet/usage.py)."""
+    return AttemptSpan(
+        row.id,
+        attempt.number,
+        row.user_name,
+        row.team_name,
+        row.gpu_count,
+        attempt.dispatched_at,
+        attempt.ended_at,
+    )

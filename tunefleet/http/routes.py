@@ -15,6 +15,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_metrics,
     routes_ops,
     routes_queue,
+    routes_usage,
     routes_users,
     routes_workers,
     ui,

@@ -16,6 +16,7 @@ from tunefleet.fsm.job import JobState
 from tunefleet.http import keys
 from tunefleet.http.auth import QUEUE_COMMAND, require_api
 from tunefleet.http.body import parse_body, parse_query
+from tunefleet.http.budget_check import check_budget, note_budget_warning
 from tunefleet.http.errors import ApiError
 from tunefleet.http.job_access import (
     check_may_change,
@@ -58,7 +59,7 @@ _JOB_NOT_FOUND = {404: "Job not found"}
         400: "Unknown config_name, invalid config, or a target this orchestrator lacks "
         "(or cannot run isolated for this submitter)",
         403: "Choosing the command needs queue.command; target local needs queue.local; "
-        "team must be one of the submitter's",
+        "team must be one of the submitter's; the team's block budget is spent",
         404: "Unknown team",
         507: "The orchestrator's disk is below its free-space floor; submit once it has room",
     },
@@ -83,6 +84,8 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
     gpu_count = body.gpu_count
     if gpu_count is None:
         gpu_count = job_gpu_count_from_config(config) or 0
+    # Last of the checks, so a submit refused for its content does not learn the budget.
+    over_budget = await check_budget(request, team)
     rec = JobRecord(
         job_id="",
         seq=0,
@@ -107,7 +110,11 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
         team_name=team,
         local_unisolated=local.local_unisolated,
     )
-    return web.json_response(await fleet.submit(rec, actor_name(request)))
+    answer = await fleet.submit(rec, actor_name(request))
+    if over_budget is not None and answer.get("job_id"):
+        await note_budget_warning(request, answer["job_id"], over_budget, actor_name(request))
+        answer["budget_warning"] = over_budget.message()
+    return web.json_response(answer)
 
 
 def _command(value: Any) -> list[str]:
@@ -202,7 +209,7 @@ async def get_job(request: web.Request) -> web.StreamResponse:
     row = await visible_job(request, job_id)
     attempts = await store.list_attempts(job_id)
     events = await store.list_job_events(job_id)
-    detail = job_detail(row, attempts, events)
+    detail = job_detail(row, attempts, events, request.app[keys.CLOCK].time())
     if row.state == JobState.PENDING:
         position = await fleet_of(request).position(job_id)
         detail["queue_position"] = position["position"]

@@ -152,6 +152,11 @@ class SubmitJobResponse(ResponseModel):
     queue_position: int | None = None
     reason: str | None = Field(default=None, description="Why it waits, while it does")
     error: str | None = None
+    budget_warning: str | None = Field(
+        default=None,
+        description="Set when the team's GPU-hour budget (action warn) is spent: the numbers "
+        "and when it renews",
+    )
 
 
 def _split_statuses(value: Any) -> Any:
@@ -218,6 +223,11 @@ class AttemptView(ResponseModel):
     )
     log_lines_dropped: int = Field(
         default=0, description="Lines dropped past the attempt's log quota"
+    )
+    gpu_seconds: float = Field(
+        default=0,
+        description="GPUs held x time from dispatch to the attempt's end (or now, while it "
+        "runs), whatever its outcome",
     )
 
 
