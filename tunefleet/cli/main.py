@@ -9,6 +9,7 @@ from tunefleet.cli.audit import audit
 from tunefleet.cli.jobs import jobs
 from tunefleet.cli.server import server
 from tunefleet.cli.tokens import tokens
+from tunefleet.cli.usage import usage
 from tunefleet.cli.users import teams, users
 from tunefleet.cli.worker import worker
 from tunefleet.cli.workers import workers
@@ -29,6 +30,7 @@ cli.add_command(tokens)
 cli.add_command(users)
 cli.add_command(teams)
 cli.add_command(audit)
+cli.add_command(usage)
 
 
 def main() -> None:
