@@ -1,15 +1,17 @@
-// Hash routes (#/workers, #/queue?status=running, #/jobs/<id>, #/audit): the server
+// Hash routes (#/workers, #/queue?status=running, #/jobs/<id>, #/usage, #/audit): the server
 // serves one page at `/`, and links and the back button work without it knowing.
 
 import * as workers from './views/workers.js';
 import * as queue from './views/queue.js';
 import * as job from './views/job.js';
 import * as audit from './views/audit.js';
+import * as usage from './views/usage.js';
 
 const ROUTES = [
   { nav: 'workers', pattern: /^\/workers$/, view: workers, title: 'Workers' },
   { nav: 'queue', pattern: /^\/queue$/, view: queue, title: 'Queue' },
   { nav: 'queue', pattern: /^\/jobs\/([\w.:-]+)$/, view: job, title: 'Job' },
+  { nav: 'usage', pattern: /^\/usage$/, view: usage, title: 'Usage' },
   { nav: 'audit', pattern: /^\/audit$/, view: audit, title: 'Audit' },
 ];
 
