@@ -15,10 +15,6 @@ from tunefleet.storage.rows import TeamBudgetRow, first_of, rows_of
 from tunefleet.storage.store_base import Connector, Now
 from tunefleet.usage import AttemptSpan
 
-BUDGET_PERIODS = ("day", "week", "month")
-BUDGET_ACTIONS = ("warn", "block")
-
-
 class UsageRepo:
     def __init__(self, now: Now) -> None:
         self._now = now

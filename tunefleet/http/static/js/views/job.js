@@ -3,6 +3,7 @@
 import { download, enc, get, post, query } from '../api.js';
 import { badge, bar, chips, debounce, h, perFrame, setBar } from '../dom.js';
 import { chartPanel } from '../chart.js';
+import { gpuHours } from '../usage_chart.js';
 import { fleet } from '../fleet.js';
 import { ago, attemptsText, dateTime, duration, gb, metric, percentOf } from '../format.js';
 import { live } from '../live.js';
@@ -105,13 +106,22 @@ export function mount(main, { args }) {
 
   const fact = (label, value, extra = {}) => h('div', { class: 'fact' }, h('dt', {}, label), h('dd', extra, value));
 
+  // The run time, and the GPU time of every attempt (GPUs held x time, failed ones too,
+  // as the server counted it) when the job held any: in the same fact, so the strip
+  // keeps its eight.
+  function runText(j, now) {
+    const gpuSeconds = (j.attempt_history || []).reduce((sum, a) => sum + (a.gpu_seconds || 0), 0);
+    const run = duration(runSeconds(j, now));
+    return gpuSeconds > 0 ? `${run} · ${gpuHours(gpuSeconds / 3600)} GPU-h` : run;
+  }
+
   function renderFacts(now = Date.now()) {
     facts.replaceChildren(
       fact('Status', job.status),
       fact('Worker', workerLabel(job.worker_id), { title: job.worker_id ?? '' }),
       fact('Attempt', attemptsText(job, 'of')),
       fact('Waited', duration(waitSeconds(job, now))),
-      fact('Run time', duration(runSeconds(job, now))),
+      fact('Run time', runText(job, now)),
       fact('Submitted', ago(job.submitted_at, now), { title: dateTime(job.submitted_at) }),
       fact('Priority', String(job.priority)),
       fact('Target', job.target),

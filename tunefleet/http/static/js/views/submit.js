@@ -175,6 +175,8 @@ export function submitPanel({ onSubmitted }) {
       // A link, so the new job is one click away (the toast stays longer to allow it).
       toast(['Job ', h('a', { href: jobHref(result.job_id) }, result.job_id), ` submitted, ${where}.`],
         'success', 10_000);
+      // The team's `warn` budget is spent: the job runs, and the submitter is told.
+      if (result.budget_warning) toast(`Budget: ${result.budget_warning}.`, 'warn', 15_000);
       onSubmitted?.(result);
     } catch (err) {
       error.textContent = err.detail;
