@@ -15,6 +15,7 @@ from tunefleet.storage.rows import TeamBudgetRow, first_of, rows_of
 from tunefleet.storage.store_base import Connector, Now
 from tunefleet.usage import AttemptSpan
 
+
 class UsageRepo:
     def __init__(self, now: Now) -> None:
         self._now = now
