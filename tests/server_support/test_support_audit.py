@@ -103,6 +103,9 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "team.created",
         "team.member_added",
         "team.member_removed",
+        "team.budget_set",
+        "team.budget_cleared",
+        "budget.warning",
     }
 
 
