@@ -46,6 +46,8 @@ export function describeEvent(entry) {
     case 'checkpoint_stored':
     case 'artifacts_stored':
       return { title: entry.detail?.message ?? entry.kind, note: attempt };
+    case 'budget.warning':
+      return { title: 'Submitted past its team\'s GPU-hour budget (warn)', note: entry.detail?.message ?? '', bad: true };
     case 'artifacts_not_stored':
       return { title: 'Artifacts not stored', note: reason ?? '', bad: true };
     default:
