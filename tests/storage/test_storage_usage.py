@@ -11,6 +11,7 @@ from storage_testkit import DbTarget
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.memory import memory_store
+from tunefleet.storage.models import database_proxy
 from tunefleet.storage.store import Store
 from tunefleet.usage import AttemptSpan, attempt_gpu_ms, roll_up
 
@@ -102,3 +103,13 @@ async def test_a_budget_outlives_a_restart(db_target: DbTarget, tmp_path: Path) 
     finally:
         await db.close()
     assert row is not None and (row.gpu_hours, row.period, row.action) == (3.0, "week", "block")
+
+
+async def test_attempts_are_found_by_their_end(db_target: DbTarget) -> None:
+    """Migration 12's index: usage and budget checks read attempts ended after a time."""
+    db = await open_database(db_target.url, db_target.data_dir)
+    try:
+        indexes = await db.read(lambda: database_proxy.get_indexes("job_attempt"))
+    finally:
+        await db.close()
+    assert ["ended_at"] in [list(index.columns) for index in indexes]

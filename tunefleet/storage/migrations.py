@@ -349,7 +349,8 @@ def _attempt_log_quota(database: pw.Database) -> None:
 
 
 def _team_budgets(database: pw.Database) -> None:
-    """Teams' GPU-hour budgets (issue 24). A frozen copy of the model as it was at 12."""
+    """Teams' GPU-hour budgets, and attempts found by their end (issue 24). A frozen
+    copy of the model as it was at 12."""
 
     class TeamBudget(pw.Model):
         id = pw.AutoField()
@@ -364,6 +365,10 @@ def _team_budgets(database: pw.Database) -> None:
 
     TeamBudget._meta.set_database(database)
     database.create_tables([TeamBudget], safe=False)
+    # Usage and every submit to a team with a budget read the attempts that ended after
+    # a time (or have not ended): without this, each would read every attempt ever made.
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(migrator.add_index("job_attempt", ("ended_at",)))
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -386,7 +391,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "job local_unisolated", _job_local_unisolated),
     Migration(10, "users, teams and memberships; tokens and jobs belong to one", _users_and_teams),
     Migration(11, "job_attempt log_bytes and log_lines_dropped", _attempt_log_quota),
-    Migration(12, "team GPU-hour budgets", _team_budgets),
+    Migration(12, "team GPU-hour budgets; job_attempt ended_at index", _team_budgets),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 
