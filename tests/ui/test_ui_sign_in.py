@@ -86,3 +86,46 @@ def test_an_open_page_returns_to_sign_in_when_its_user_is_disabled(
     page.locator("#signin").wait_for(state="visible")
     page.get_by_text("Your session has ended").wait_for()
     assert page.locator("#app").is_hidden()
+
+
+def test_an_admin_manages_users_and_teams_on_their_page(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    orchestrator.request(
+        "POST", "/api/admin/users", {"name": "ui-root", "role": "admin", "teams": ["default"]}
+    )
+    orchestrator.request("POST", "/api/admin/users/ui-root/password", {"password": PASSWORD})
+    orchestrator.request("POST", "/api/admin/teams", {"name": "ui-vision"})
+    _sign_in_with_password(page, orchestrator, "ui-root")
+    page.goto(f"{orchestrator.url}/#/users")
+    page.get_by_label("Name", exact=True).fill("ui-erin")
+    page.get_by_label("Team", exact=True).fill("ui-vision")
+    page.get_by_role("button", name="Create user").click()
+    row = page.locator("#users-table tr[data-user='ui-erin']")
+    row.wait_for()
+    assert "ui-vision (default)" in row.inner_text()
+    row.get_by_label("Role of ui-erin").select_option("lead")
+    row.get_by_role("button", name="Set role").click()
+    page.get_by_text("ui-erin is now lead.").wait_for()  # and the table is drawn anew
+    page.get_by_label("New password for ui-erin").fill("erin's new passphrase")
+    page.locator("#users-table tr[data-user='ui-erin']").get_by_role(
+        "button", name="Set password"
+    ).click()
+    page.get_by_text("Set the password of ui-erin.").wait_for()
+    page.locator("#users-table tr[data-user='ui-erin']").get_by_role(
+        "button", name="Disable"
+    ).click()
+    page.locator("#users-table tr[data-user='ui-erin']").get_by_text("disabled").wait_for()
+    erin = orchestrator.request("GET", "/api/admin/users/ui-erin")
+    assert (erin["role"], erin["disabled"]) == ("lead", True)
+    team = page.locator("#teams-table tr[data-team='ui-vision']")
+    team.get_by_role("button", name="Remove ui-erin from ui-vision").click()
+    page.get_by_text("Removed ui-erin from ui-vision.").wait_for()
+    assert orchestrator.request("GET", "/api/admin/teams/ui-vision")["members"] == []
+    team = page.locator("#teams-table tr[data-team='ui-vision']")
+    team.get_by_label("Add a member to ui-vision").fill("ui-erin")
+    team.get_by_role("button", name="Add member").click()
+    page.get_by_text("Added ui-erin to ui-vision.").wait_for()
+    members = orchestrator.request("GET", "/api/admin/teams/ui-vision")["members"]
+    assert [m["user"] for m in members] == ["ui-erin"]
+    assert problems.unexpected() == []

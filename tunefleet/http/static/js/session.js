@@ -66,6 +66,8 @@ export const session = {
 
   /** Forget the token; `reason` is shown on the sign-in form. */
   signOut(reason = '') {
+    // Several requests may find the session ended at once: the first says why.
+    if (!this.signedIn) return;
     sessionStorage.removeItem(TOKEN_KEY);
     sessionStorage.removeItem(CSRF_KEY);
     sessionStorage.removeItem(USER_KEY);
