@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.server.protocol import EventStream
 from tests.server.users_testkit import make_user
 from tunefleet.http.auth import CSRF_REFUSED, SESSION_ENDED
 from tunefleet.http.sessions import CSRF_HEADER, SESSION_COOKIE
@@ -263,3 +264,30 @@ async def test_a_user_name_is_throttled_from_every_address_and_audited_in_sum(
     assert "auth.failed" in kinds and "auth.failed_window" in kinds
     summaries = [e for e in denied if e["kind"] == "auth.failed_window"]
     assert any(e["detail"]["attempts"] == budget + 2 for e in summaries)
+
+
+async def test_a_new_password_ends_the_sessions_open_event_feed(server: Any) -> None:
+    await _alice(server)
+    session_id, _ = await _login(server)
+    resp = await server.client.get("/api/events", headers=_cookie(session_id))
+    assert resp.status == 200, await resp.text()
+    feed = EventStream(resp)
+    await feed.expect("hello")
+    await server.ok("POST", "/api/admin/users/alice/password", {"password": "a new passphrase"})
+    await feed.expect_closed(timeout_s=1.0)
+
+
+async def test_changing_ones_password_with_a_token_asks_the_current_one_too(
+    server: Any,
+) -> None:
+    token = await _alice(server)
+    session_id, _ = await _login(server)
+    good = {"current_password": PASSWORD, "new_password": "a new passphrase"}
+    resp = await server.client.post("/api/auth/password", json=good, headers=token)
+    data = await resp.json()
+    assert resp.status == 200 and data["csrf_token"] is None and data["user"] == "alice"
+    assert SESSION_COOKIE not in resp.cookies  # a token opens no session
+    assert (await server.client.get("/api/queue", headers=_cookie(session_id))).status == 401
+    # The admin token's user (admin) has no password: there is none to confirm.
+    resp = await server.post("/api/auth/password", good)
+    assert (resp.status, (await resp.json())["detail"]) == (401, WRONG_PASSWORD)
