@@ -18,7 +18,7 @@ from tests.server.protocol import EventStream
 from tests.server.users_testkit import make_user
 from tunefleet.http.auth import CSRF_REFUSED, SESSION_ENDED
 from tunefleet.http.sessions import CSRF_HEADER, SESSION_COOKIE
-from tunefleet.http.sign_in import WRONG_PASSWORD
+from tunefleet.http.sign_in import WRONG_CURRENT_PASSWORD, WRONG_PASSWORD
 from tunefleet.limits import Limits
 
 PASSWORD = "correct horse battery"
@@ -191,7 +191,8 @@ async def test_changing_ones_own_password_keeps_this_page_and_ends_the_others(
     headers = _cookie(mine, data["csrf_token"])
     wrong = {"current_password": "not my password", "new_password": "a new passphrase"}
     resp = await server.client.post("/api/auth/password", json=wrong, headers=headers)
-    assert (resp.status, (await resp.json())["detail"]) == (401, WRONG_PASSWORD)
+    # 403, not 401: she is signed in, and a 401 would sign her page out.
+    assert (resp.status, (await resp.json())["detail"]) == (403, WRONG_CURRENT_PASSWORD)
     short = {"current_password": PASSWORD, "new_password": "short"}
     resp = await server.client.post("/api/auth/password", json=short, headers=headers)
     assert resp.status == 400
@@ -290,4 +291,4 @@ async def test_changing_ones_password_with_a_token_asks_the_current_one_too(
     assert (await server.client.get("/api/queue", headers=_cookie(session_id))).status == 401
     # The admin token's user (admin) has no password: there is none to confirm.
     resp = await server.post("/api/auth/password", good)
-    assert (resp.status, (await resp.json())["detail"]) == (401, WRONG_PASSWORD)
+    assert (resp.status, (await resp.json())["detail"]) == (403, WRONG_CURRENT_PASSWORD)

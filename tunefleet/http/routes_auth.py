@@ -186,14 +186,16 @@ async def show_session(request: web.Request) -> web.StreamResponse:
     request=ChangePasswordRequest,
     response=SessionView,
     auth="api",
-    errors={**_BAD_PASSWORD, 401: "The current password is wrong", 429: "Too many failures"},
+    errors={**_BAD_PASSWORD, 403: "The current password is wrong", 429: "Too many failures"},
 )
 async def change_password(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, ChangePasswordRequest)
     principal = principal_of(request)
     admit_user(request, principal.user)
     store = request.app[keys.STORE]
-    row = await check_password(request, store, principal.user, body.current_password)
+    row = await check_password(
+        request, store, principal.user, body.current_password, confirming=True
+    )
     new_hash = await _new_password_hash(body.new_password)
     await store.users.set_password(row.name, new_hash)
     _end_user(request, row.id)

@@ -24,6 +24,12 @@ from tunefleet.storage.rows import UserRow
 from tunefleet.storage.store import Store
 
 USER_THROTTLE_KEY: web.AppKey[AuthThrottle] = web.AppKey("tunefleet_user_throttle")
+# Changing one's password: the caller is signed in, so a wrong current password is a
+# refusal of the change (403), not of who they are (a 401 would sign the page out).
+WRONG_CURRENT_PASSWORD = (
+    "The current password is wrong (a user without one cannot change it: an admin sets "
+    "the first with tunefleet users passwd NAME)"
+)
 WRONG_PASSWORD = (
     "Wrong user name or password (a user without a password signs in with a token until "
     "an admin sets one: tunefleet users passwd NAME)"
@@ -59,9 +65,11 @@ def admit_user(request: web.Request, name: str) -> None:
     )
 
 
-async def check_password(request: web.Request, store: Store, name: str, password: str) -> UserRow:
+async def check_password(
+    request: web.Request, store: Store, name: str, password: str, *, confirming: bool = False
+) -> UserRow:
     """The user whose password this is (disabled or not: the caller says which); 401
-    after counting the failure otherwise."""
+    after counting the failure otherwise (403 when ``confirming`` a signed-in user's)."""
     row = await store.users.user(name)
     stored = row.password_hash if row is not None else None
     matches = await asyncio.to_thread(password_matches, stored, password)
@@ -78,4 +86,6 @@ async def check_password(request: web.Request, store: Store, name: str, password
     if throttle is not None:
         target = f"{request.method} {request.path}"
         throttle.failed(_user_key(name), "password", reason, target, None)
+    if confirming:
+        raise ApiError(403, WRONG_CURRENT_PASSWORD)
     raise ApiError(401, WRONG_PASSWORD)
