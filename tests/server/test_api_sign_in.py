@@ -292,3 +292,25 @@ async def test_changing_ones_password_with_a_token_asks_the_current_one_too(
     # The admin token's user (admin) has no password: there is none to confirm.
     resp = await server.post("/api/auth/password", good)
     assert (resp.status, (await resp.json())["detail"]) == (403, WRONG_CURRENT_PASSWORD)
+
+
+async def test_a_guessed_session_cookie_is_refused_and_audited_without_its_value(
+    server: Any,
+) -> None:
+    resp = await server.client.get("/api/queue", headers=_cookie("a-guessed-session-id"))
+    assert (resp.status, (await resp.json())["detail"]) == (401, SESSION_ENDED)
+    failed = await server.audit(kind="auth.failed")
+    assert [(e["detail"]["credential"], e["detail"]["reason"]) for e in failed] == [
+        ("session", "unknown or ended session")
+    ]
+    assert "a-guessed-session-id" not in str(failed)
+
+
+async def test_a_bearer_token_wins_over_a_cookie_and_needs_no_csrf_token(server: Any) -> None:
+    token = await _alice(server)
+    session_id, _ = await _login(server)
+    headers = {**_cookie(session_id), **token}
+    resp = await server.client.post(
+        "/api/queue/submit", json={"config": {"model_type": "lora"}}, headers=headers
+    )
+    assert resp.status == 200, await resp.text()
