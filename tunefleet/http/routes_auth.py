@@ -19,6 +19,7 @@ from tunefleet.http.body import parse_body
 from tunefleet.http.errors import ApiError
 from tunefleet.http.passwords import hash_password, password_problem
 from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, user_owner
+from tunefleet.http.principals import principal_of_session
 from tunefleet.http.route_table import actor_name, principal_of, routes
 from tunefleet.http.routes_users import user_view
 from tunefleet.http.schemas_users import (
@@ -37,7 +38,6 @@ from tunefleet.http.sessions import (
     set_session_cookie,
 )
 from tunefleet.http.sign_in import admit_user, check_password
-from tunefleet.storage.rows import UserRow
 from tunefleet.storage.store_users import unknown_user
 
 _USER_404 = {404: "Unknown user (the detail names it)"}
@@ -49,23 +49,16 @@ def _sessions(request: web.Request) -> Sessions:
 
 
 def _session_view(
-    principal: ApiPrincipal | None, row: UserRow | None, session: Session | None, sessions: Sessions
+    principal: ApiPrincipal, session: Session | None, sessions: Sessions
 ) -> dict[str, object]:
-    if principal is not None:
-        user, role = principal.user, principal.role
-        permissions = [p for p in ALL_PERMISSIONS if principal.has(p)]
-        teams, default_team = sorted(principal.teams), principal.default_team
-    else:
-        assert row is not None
-        view = user_view(row, [])
-        user, role, permissions = row.name, row.role, view["permissions"]
-        teams, default_team = [], None
+    """What the page needs: who it is, what it may do, and (signed in with a password)
+    the CSRF token to send with every change."""
     return {
-        "user": user,
-        "role": role,
-        "permissions": permissions,
-        "teams": teams,
-        "default_team": default_team,
+        "user": principal.user,
+        "role": principal.role,
+        "permissions": [p for p in ALL_PERMISSIONS if principal.has(p)],
+        "teams": sorted(principal.teams),
+        "default_team": principal.default_team,
         "csrf_token": session.csrf_token if session is not None else None,
         "idle_s": sessions.idle_s,
         "max_s": sessions.max_s,
@@ -132,10 +125,9 @@ async def login(request: web.Request) -> web.StreamResponse:
     session_id, session = sessions.open(row.id, row.name)
     await _audit(request, AuditKind.USER_SIGNED_IN, f"user:{row.name}", f"user:{row.name}")
     facts = await store.users.facts(row.id)
-    view = _session_view(None, row, session, sessions)
-    if facts is not None:
-        view["teams"] = [m.team for m in facts.teams]
-        view["default_team"] = facts.default_team
+    if facts is None:  # the row was just read: only a concurrent write could do this
+        raise unknown_user(row.name)
+    view = _session_view(principal_of_session(session, facts), session, sessions)
     response = web.json_response(view)
     set_session_cookie(request, response, session_id, sessions.max_s)
     return response
@@ -174,9 +166,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
 async def show_session(request: web.Request) -> web.StreamResponse:
     found = _cookie_session(request)
     session = found[1] if found is not None else None
-    return web.json_response(
-        _session_view(principal_of(request), None, session, _sessions(request))
-    )
+    return web.json_response(_session_view(principal_of(request), session, _sessions(request)))
 
 
 @routes.route(
@@ -203,10 +193,10 @@ async def change_password(request: web.Request) -> web.StreamResponse:
     sessions = _sessions(request)
     was_session = request.cookies.get(SESSION_COOKIE) and not request.headers.get("Authorization")
     if not was_session:
-        return web.json_response(_session_view(principal, None, None, sessions))
+        return web.json_response(_session_view(principal, None, sessions))
     # The page that changed it stays signed in, in a session of its own.
     session_id, session = sessions.open(row.id, row.name)
-    response = web.json_response(_session_view(principal, None, session, sessions))
+    response = web.json_response(_session_view(principal, session, sessions))
     set_session_cookie(request, response, session_id, sessions.max_s)
     return response
 
