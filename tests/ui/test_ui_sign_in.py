@@ -129,3 +129,33 @@ def test_an_admin_manages_users_and_teams_on_their_page(
     members = orchestrator.request("GET", "/api/admin/teams/ui-vision")["members"]
     assert [m["user"] for m in members] == ["ui-erin"]
     assert problems.unexpected() == []
+
+
+def test_a_person_changes_their_password_and_the_page_stays_signed_in(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    _person(orchestrator, "ui-fay")
+    _sign_in_with_password(page, orchestrator, "ui-fay")
+    page.goto(f"{orchestrator.url}/#/users")
+    page.get_by_label("Current password").fill("not my passphrase")
+    page.get_by_label("New password (10 characters or more)").fill("fay's new passphrase")
+    page.get_by_role("button", name="Change my password").click()
+    page.get_by_text("The current password is wrong").wait_for()
+    assert page.locator("#app").is_visible()  # a typo does not sign the page out
+    page.get_by_label("Current password").fill(PASSWORD)
+    page.get_by_label("New password (10 characters or more)").fill("fay's new passphrase")
+    page.get_by_role("button", name="Change my password").click()
+    page.get_by_text("Your password was changed").wait_for()
+    # The page continues in its new session: a change with its new CSRF token works.
+    status = page.evaluate(
+        """() => fetch('/api/queue/submit', {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json',
+                     'X-CSRF-Token': sessionStorage.getItem('tunefleet.csrf') },
+          body: JSON.stringify({ config: { model_type: 'lora' } }),
+        }).then((r) => r.status)"""
+    )
+    assert status == 200
+    # Not an admin: the rest of the page says which permission it needs.
+    page.get_by_text("admin.users").first.wait_for()
+    assert problems.unexpected() == []
