@@ -77,6 +77,10 @@ class AuditKind(StrEnum):
     USER_DISABLED = "user.disabled"
     USER_ENABLED = "user.enabled"
     USER_ROLE_SET = "user.role_set"
+    # People signing in to the web UI with a password (issue 24).
+    USER_PASSWORD_SET = "user.password_set"
+    USER_SIGNED_IN = "user.signed_in"
+    USER_SIGNED_OUT = "user.signed_out"
     TEAM_CREATED = "team.created"
     TEAM_MEMBER_ADDED = "team.member_added"
     TEAM_MEMBER_REMOVED = "team.member_removed"

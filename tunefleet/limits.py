@@ -122,6 +122,13 @@ class Limits:
     # Failed authentication per client address and window, before 429 with Retry-After.
     auth_failures_per_window: int = 20
     auth_failure_window_s: float = 60.0
+    # Signed-in people (issue 24): a session ends after this long without a request, and
+    # this long after sign-in whatever the use; failed password sign-ins per user name
+    # and window (whatever the address) before 429.
+    session_idle_s: float = 8 * 3600.0
+    session_max_s: float = 7 * 86400.0
+    sign_in_failures_per_user: int = 10
+    sign_in_user_window_s: float = 900.0
     # Open connections per client address (0: no cap), and the time a client has to send
     # a request's headers once it has opened a connection or sent its first byte.
     max_connections_per_address: int = 1024

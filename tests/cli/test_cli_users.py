@@ -5,17 +5,21 @@ orchestrator is shared by the session)."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
 import pytest
 from click.testing import Result
 
+from tests.e2e.harness import Orchestrator
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 Invoke = Callable[..., Result]
 
 
-def _ok(tf: Invoke, *args: str, token: str | None = None) -> Result:
-    result = tf(*args) if token is None else tf(*args, token=token)
+def _ok(tf: Invoke, *args: str, token: str | None = None, input: str | None = None) -> Result:
+    result = tf(*args, input=input) if token is None else tf(*args, token=token, input=input)
     assert result.exit_code == 0, result.output
     return result
 
@@ -101,3 +105,44 @@ def test_jobs_list_filters_by_user_and_team(tf: Invoke) -> None:
     hers = json.loads(_ok(tf, "jobs", "list", "--json", token=token).stdout)
     assert {j["user"] for j in hers["jobs"]} == {"cli-erin"}
     _ok(tf, "jobs", "cancel", job_id, token=token)
+
+
+def _signs_in(tf_url: str, name: str, password: str) -> int:
+    body = json.dumps({"username": name, "password": password}).encode()
+    request = urllib.request.Request(
+        f"{tf_url}/api/auth/login", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_passwd_prompts_twice_or_reads_stdin_and_the_user_signs_in(
+    tf: Invoke, orchestrator: Orchestrator
+) -> None:
+    _ok(tf, "users", "create", "cli-gwen")
+    assert _signs_in(orchestrator.url, "cli-gwen", "gwen's passphrase") == 401  # none yet
+    prompted = tf("users", "passwd", "cli-gwen", input="gwen's passphrase\ngwen's passphrase\n")
+    assert prompted.exit_code == 0, prompted.output
+    assert "Set the password of cli-gwen" in prompted.stdout
+    assert "gwen's passphrase" not in prompted.stdout  # typed hidden, never echoed
+    assert _signs_in(orchestrator.url, "cli-gwen", "gwen's passphrase") == 200
+    piped = _ok(tf, "users", "passwd", "cli-gwen", "--password-stdin", "--json",
+                input="a second passphrase\n")  # fmt: skip
+    assert json.loads(piped.stdout)["name"] == "cli-gwen"
+    assert _signs_in(orchestrator.url, "cli-gwen", "gwen's passphrase") == 401
+    assert _signs_in(orchestrator.url, "cli-gwen", "a second passphrase") == 200
+
+
+def test_passwd_refuses_mismatches_short_passwords_and_unknown_users(tf: Invoke) -> None:
+    _ok(tf, "users", "create", "cli-finn")
+    mismatch = tf("users", "passwd", "cli-finn", input="first passphrase\nsecond passphrase\n")
+    assert mismatch.exit_code != 0
+    short = tf("users", "passwd", "cli-finn", "--password-stdin", input="short\n")
+    assert short.exit_code == 1 and "at least 10 characters" in short.stderr
+    empty = tf("users", "passwd", "cli-finn", "--password-stdin", input="\n")
+    assert empty.exit_code == 2 and "empty line" in empty.stderr
+    unknown = tf("users", "passwd", "cli-ghost", "--password-stdin", input="long passphrase\n")
+    assert unknown.exit_code == 1 and "unknown user: cli-ghost" in unknown.stderr

@@ -25,6 +25,7 @@ from tunefleet.http.route_table import routes
 SPECS = routes.specs
 WRONG_WORKER_TOKEN = "wt_" + "x" * 43
 WRONG_API_TOKEN = "tf_" + "y" * 43
+ADMIN_PASSWORD = "the matrix's passphrase"
 UPLOAD_UNKNOWN = "Invalid upload token"
 UPLOAD_MISSING = "Missing X-Upload-Token: send the upload_token of the job_submit"
 # Routes where the request names a worker (query or body), and where it names a job.
@@ -56,6 +57,8 @@ class Fixture:
         return path
 
     def body(self, spec: RouteSpec, worker_id: str | None = None) -> dict[str, Any] | None:
+        if spec.path == "/api/auth/login":  # public: a person's password is the credential
+            return {"username": "admin", "password": ADMIN_PASSWORD}
         if spec.method == "GET":
             return None
         return {
@@ -90,6 +93,7 @@ async def fx(server: Any) -> Fixture:
     job_id = await server.running_job(owner)
     stranger = await server.create_worker("stranger")
     await stranger.register("stranger")
+    await server.ok("POST", "/api/admin/users/admin/password", {"password": ADMIN_PASSWORD})
     tokens = await server.ok("GET", "/api/admin/tokens")
     return Fixture(server, owner, stranger, job_id, tokens["tokens"][0]["id"])
 

@@ -408,6 +408,9 @@ async def _script(store: Store, clock: list[float]) -> list[Any]:
     await step(lambda: users.set_disabled("admin", True))
     await step(lambda: users.set_disabled("alice", True))
     await step(lambda: users.set_role("nobody", "viewer"))
+    await step(lambda: users.set_password("alice", "$argon2id$stand-in"))
+    await step(lambda: users.set_password("alice", None))
+    await step(lambda: users.set_password("nobody", "$argon2id$stand-in"))
     await step(lambda: users.facts(2))
     await step(lambda: users.facts(99))
     await step(

@@ -61,6 +61,21 @@ async def test_unknown_names_and_duplicates_are_refused_and_change_nothing(store
         await users.remove_member("nope", "bob")
 
 
+async def test_a_password_hash_is_stored_replaced_and_cleared(store: Store) -> None:
+    users = store.users
+    await users.create_user("alice", role="researcher")
+    row = await users.set_password("alice", "$argon2id$first")
+    assert row.password_hash == "$argon2id$first"
+    assert (await users.set_password("alice", "$argon2id$second")).password_hash == (
+        "$argon2id$second"
+    )
+    facts = await users.facts(row.id)
+    assert facts is not None and facts.user.password_hash == "$argon2id$second"
+    assert (await users.set_password("alice", None)).password_hash is None
+    with pytest.raises(Missing, match="unknown user: carol"):
+        await users.set_password("carol", "$argon2id$x")
+
+
 async def test_the_last_enabled_admin_is_kept(store: Store) -> None:
     users = store.users
     with pytest.raises(LastAdmin, match="admin is the last enabled admin"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 from urllib.parse import quote
 
@@ -56,7 +57,7 @@ def _show_user_or_json(data: dict[str, Any], as_json: bool, line: str) -> None:
 
 @click.group("users")
 def users() -> None:
-    """Manage users: create, list, show, disable, enable, set roles."""
+    """Manage users: create, list, show, disable, enable, set roles and passwords."""
 
 
 @users.command("create")
@@ -146,6 +147,32 @@ def enable_user(conn: Connection, name: str, as_json: bool) -> None:
     """Enable a disabled user: their tokens work again."""
     data = call(conn, lambda api: api.post(_user_path(name, "/enable")))
     _show_user_or_json(data, as_json, f"Enabled user {name}.")
+
+
+@users.command("passwd")
+@click.argument("name")
+@click.option(
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from the first line of standard input instead of prompting.",
+)
+@json_option
+@connection_options
+def set_password(conn: Connection, name: str, password_stdin: bool, as_json: bool) -> None:
+    """Set a user's password for signing in to the web UI; their open sessions end.
+
+    Prompts twice (the typing is hidden), or reads --password-stdin. There are no default
+    passwords: until one is set the user signs in with a token."""
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise click.UsageError("--password-stdin read an empty line; pipe the password in")
+    else:
+        password = click.prompt(
+            f"New password for {name}", hide_input=True, confirmation_prompt=True
+        )
+    data = call(conn, lambda api: api.post(_user_path(name, "/password"), {"password": password}))
+    _show_user_or_json(data, as_json, f"Set the password of {name}; their web sessions have ended.")
 
 
 @users.command("set-role")

@@ -26,6 +26,7 @@ from tunefleet.http import keys
 from tunefleet.http.auth_throttle import client_key, throttle_of
 from tunefleet.http.errors import ApiError
 from tunefleet.http.principal_streams import STREAM_MARK_KEY, principal_streams
+from tunefleet.http.sessions import CSRF_HEADER, SESSION_COOKIE, Session, sessions_of
 from tunefleet.http.tokens import API_TOKEN_PREFIX, WORKER_TOKEN_PREFIX, hash_token
 
 log = structlog.get_logger(__name__)
@@ -71,6 +72,17 @@ ADMIN_ROLE = "admin"
 
 WORKER_UNAUTHORIZED = "Invalid worker token"
 API_UNAUTHORIZED = "Missing or invalid API token; send Authorization: Bearer <token>"
+SESSION_ENDED = (
+    "Your session has ended (signed out, expired, or revoked); sign in again "
+    "(POST /api/auth/login) or send Authorization: Bearer <token>"
+)
+CSRF_REFUSED = (
+    f"Missing or wrong {CSRF_HEADER} header: a change made with the session cookie must "
+    f"send the session's CSRF token (from POST /api/auth/login or GET /api/auth/session) "
+    f"as {CSRF_HEADER}"
+)
+# Reading never changes anything, so only these may go without the CSRF token.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 WORKER_TOKEN_HEADER = "X-Worker-Token"
 # The wrong kind of token, recognised by its prefix alone (no lookup, so nothing leaks):
 # the protocol's words first, then which token is needed.
@@ -85,7 +97,7 @@ WORKER_TOKEN_AS_API = (
     "<token> (the admin token printed at the first start, or one from `tunefleet tokens create`)"
 )
 
-AuthKind = Literal["worker", "api", "upload"]
+AuthKind = Literal["worker", "api", "upload", "session", "password"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +152,12 @@ class Authenticator(Protocol):
 
 
 AuthFailureHook = Callable[[web.Request, str, str], Awaitable[None] | None]
+# A live session → its user's principal (None: the user is gone); raises UserDisabled.
+SessionResolver = Callable[[Session], Awaitable[ApiPrincipal | None]]
 
 AUTHENTICATOR_KEY: web.AppKey[Authenticator] = web.AppKey("tunefleet_authenticator")
 AUTH_FAILURE_HOOK_KEY: web.AppKey[AuthFailureHook] = web.AppKey("tunefleet_auth_failure_hook")
+SESSION_RESOLVER_KEY: web.AppKey[SessionResolver] = web.AppKey("tunefleet_session_resolver")
 API_PRINCIPAL_KEY = web.RequestKey("tunefleet_api_principal", ApiPrincipal)
 WORKER_PRINCIPAL_KEY = web.RequestKey("tunefleet_worker_principal", WorkerPrincipal)
 
@@ -315,6 +330,10 @@ async def _authenticate_api(request: web.Request) -> ApiPrincipal:
     """The bearer token's principal, kept on the request; 401 without one (429 first
     when its address is throttled)."""
     token, reason = _bearer(request)
+    if token is None and reason == "no Authorization header":
+        session_id = request.cookies.get(SESSION_COOKIE)
+        if session_id:
+            return await _authenticate_session(request, session_id)
     token_hash = hash_token(token) if token is not None else None
     admit_credential(request, "api", token_hash)
     streams = principal_streams(request)
@@ -343,6 +362,48 @@ async def _authenticate_api(request: web.Request) -> ApiPrincipal:
         raise ApiError(401, detail, headers={"WWW-Authenticate": "Bearer"})
     if token_hash is not None:
         credential_good(request, token_hash)
+    request[API_PRINCIPAL_KEY] = principal
+    return principal
+
+
+async def _authenticate_session(request: web.Request, session_id: str) -> ApiPrincipal:
+    """A signed-in person's session cookie (http/sessions.py), resolved to the same
+    principal a token of theirs would be (narrowed to nothing less than their role);
+    401 once it has ended, 403 for a change without the session's CSRF token."""
+    session_hash = hash_token(session_id)
+    admit_credential(request, "session", session_hash)
+    streams = principal_streams(request)
+    if streams is not None:
+        request[STREAM_MARK_KEY] = streams.mark()
+    sessions = sessions_of(request)
+    session = sessions.resolve(session_id) if sessions is not None else None
+    resolver = request.config_dict.get(SESSION_RESOLVER_KEY)
+    principal = None
+    if session is not None and resolver is not None:
+        try:
+            principal = await resolver(session)
+        except UserDisabled as disabled:
+            if sessions is not None:
+                sessions.revoke_user(session.user_id)
+            await refuse_credential(
+                request, "session", f"user {disabled.user} is disabled", session_hash
+            )
+            raise ApiError(
+                401,
+                f"User {disabled.user} is disabled, which ended their session; an admin "
+                f"can enable them (tunefleet users enable {disabled.user})",
+            ) from None
+    if session is None or principal is None:
+        await refuse_credential(request, "session", "unknown or ended session", session_hash)
+        raise ApiError(401, SESSION_ENDED)
+    if request.method not in SAFE_METHODS and not session.csrf_matches(
+        request.headers.get(CSRF_HEADER)
+    ):
+        await report_auth_failure(
+            request, "session", f"CSRF token missing or wrong ({session.user})"
+        )
+        raise ApiError(403, CSRF_REFUSED)
+    credential_good(request, session_hash)
     request[API_PRINCIPAL_KEY] = principal
     return principal
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tunefleet.http.auth import ApiPrincipal, UserDisabled
 from tunefleet.http.roles import user_ceiling
+from tunefleet.http.sessions import Session
 from tunefleet.storage.rows import ApiTokenRow
 from tunefleet.storage.store import Store
 from tunefleet.storage.store_users import UserFacts
@@ -30,6 +31,37 @@ def principal_of_token(row: ApiTokenRow, facts: UserFacts) -> ApiPrincipal:
         default_team=facts.default_team,
         user_id=user.id,
     )
+
+
+SESSION_TOKEN_NAME = "web session"
+
+
+def principal_of_session(session: Session, facts: UserFacts) -> ApiPrincipal:
+    """A signed-in person holds everything their role and grants allow, as a token made
+    with every permission would. ``token_id`` names the session by its hash's start (for
+    the audit log and its streams), never by its id."""
+    user = facts.user
+    return ApiPrincipal(
+        token_id=f"session-{session.id_hash[:12]}",
+        name=SESSION_TOKEN_NAME,
+        permissions=user_ceiling(user.role, user.grants),
+        user=user.name,
+        role=user.role,
+        teams=frozenset(m.team for m in facts.teams),
+        default_team=facts.default_team,
+        user_id=user.id,
+    )
+
+
+async def resolve_session(store: Store, session: Session) -> ApiPrincipal | None:
+    """The session's principal; None for a user who is gone, UserDisabled for one who
+    is disabled."""
+    facts = await store.users.facts(session.user_id)
+    if facts is None:
+        return None
+    if facts.user.disabled:
+        raise UserDisabled(facts.user.name)
+    return principal_of_session(session, facts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     keys,
     routes_admin,
     routes_artifacts,
+    routes_auth,
     routes_job_artifacts,
     routes_metrics,
     routes_ops,
@@ -23,6 +24,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
 from tunefleet.http.auth import (
     AUTH_FAILURE_HOOK_KEY,
     AUTHENTICATOR_KEY,
+    SESSION_RESOLVER_KEY,
     ApiPrincipal,
     WorkerPrincipal,
 )
@@ -30,8 +32,10 @@ from tunefleet.http.auth_audit import FailureWindowAudit
 from tunefleet.http.auth_throttle import AUTH_THROTTLE_KEY, AuthThrottle
 from tunefleet.http.openapi import openapi_handler
 from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, PrincipalStreams
-from tunefleet.http.principals import Principals
+from tunefleet.http.principals import Principals, resolve_session
 from tunefleet.http.route_table import routes
+from tunefleet.http.sessions import SESSIONS_KEY, Session, Sessions
+from tunefleet.http.sign_in import USER_THROTTLE_KEY
 from tunefleet.http.stream_watch import StreamWatch
 from tunefleet.limits import Limits
 
@@ -52,6 +56,10 @@ class FleetAuthenticator:
         fleet = self.app.get(keys.FLEET)
         worker_id = fleet.worker_for_token(token_hash) if fleet is not None else None
         return WorkerPrincipal(worker_id) if worker_id is not None else None
+
+    async def resolve_session(self, session: Session) -> ApiPrincipal | None:
+        store = self.app.get(keys.STORE)
+        return await resolve_session(store, session) if store is not None else None
 
     async def resolve_api(self, token_hash: str) -> ApiPrincipal | None:
         """The token's principal (http/principals.py); UserDisabled for a disabled user's."""
@@ -89,7 +97,9 @@ async def audit_auth_failure(request: web.Request, kind: str, reason: str) -> No
 
 
 def build_routes(app: web.Application) -> None:
-    app[AUTHENTICATOR_KEY] = FleetAuthenticator(app)
+    authenticator = FleetAuthenticator(app)
+    app[AUTHENTICATOR_KEY] = authenticator
+    app[SESSION_RESOLVER_KEY] = authenticator.resolve_session
     app[AUTH_FAILURE_HOOK_KEY] = audit_auth_failure
     app[keys.OPEN_STREAMS] = StreamWatch()
     app[PRINCIPAL_STREAMS_KEY] = PrincipalStreams()
@@ -105,15 +115,20 @@ def install_auth_throttle(app: web.Application) -> None:
     options = app.get(keys.OPTIONS)
     limits = options.limits if options is not None else Limits()
     window_audit = FailureWindowAudit(app)
+    clock = app.get(keys.CLOCK) or RealClock()
     app[AUTH_THROTTLE_KEY] = AuthThrottle(
-        limits.auth_failures_per_window,
-        limits.auth_failure_window_s,
-        app.get(keys.CLOCK) or RealClock(),
-        window_audit,
+        limits.auth_failures_per_window, limits.auth_failure_window_s, clock, window_audit
     )
+    # The same bound per user name (whatever the address), for password sign-ins: a
+    # guesser spread over many addresses still gets 10 tries a user per 15 minutes.
+    app[USER_THROTTLE_KEY] = AuthThrottle(
+        limits.sign_in_failures_per_user, limits.sign_in_user_window_s, clock, window_audit
+    )
+    app[SESSIONS_KEY] = Sessions(clock, limits.session_idle_s, limits.session_max_s)
 
     async def close_windows(app: web.Application) -> None:
         app[AUTH_THROTTLE_KEY].close()
+        app[USER_THROTTLE_KEY].close()
         await window_audit.drain()
 
     app.on_shutdown.append(close_windows)

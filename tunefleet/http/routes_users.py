@@ -27,6 +27,7 @@ from tunefleet.http.schemas_users import (
     UserListResponse,
     UserView,
 )
+from tunefleet.http.sessions import revoke_sessions
 from tunefleet.storage.rows import TeamRow, UserRow
 from tunefleet.storage.store import Store
 from tunefleet.storage.store_users import Membership, unknown_team, unknown_user
@@ -76,6 +77,11 @@ def _end_streams(request: web.Request, row: UserRow) -> None:
     streams = request.app.get(PRINCIPAL_STREAMS_KEY)
     if streams is not None:
         streams.end(user_owner(row.id))
+
+
+def _end_sessions(request: web.Request, row: UserRow) -> None:
+    """A disabled user's web sessions end now: an open page returns to sign-in."""
+    revoke_sessions(request.app, row.id)
 
 
 def _narrowed(before: UserRow, after: UserRow) -> bool:
@@ -163,6 +169,7 @@ async def disable_user(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
     store = _store(request)
     row = await store.users.set_disabled(name, True)
+    _end_sessions(request, row)
     _end_streams(request, row)
     await _audit(request, AuditKind.USER_DISABLED, f"user:{name}")
     return await _user_response(store, row)

@@ -97,3 +97,37 @@ class RemoveMemberResponse(ResponseModel):
     success: bool = True
     team: str
     user: str
+
+
+# --- signing in with a password (issue 24) ----------------------------------------------
+
+Password = Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class LoginRequest(StrictRequestModel):
+    username: Annotated[str, Field(min_length=1, max_length=128)]
+    password: Password
+
+
+class SessionView(ResponseModel):
+    user: str
+    role: str
+    permissions: list[str]
+    teams: list[str]
+    default_team: str | None = None
+    csrf_token: str | None = Field(
+        default=None,
+        description="Send as X-CSRF-Token on every change made with the session cookie "
+        "(absent when the request used a token)",
+    )
+    idle_s: float
+    max_s: float
+
+
+class SetPasswordRequest(StrictRequestModel):
+    password: Password
+
+
+class ChangePasswordRequest(StrictRequestModel):
+    current_password: Password
+    new_password: Password

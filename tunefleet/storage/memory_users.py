@@ -85,6 +85,12 @@ class MemoryUserRepo(UserRepo):
         self._t.users[row.id] = changed_row(row, User, changes)
         return fresh(self._t.users[row.id])
 
+    def set_password(self, name: str, password_hash: str | None) -> UserRow:
+        row = self._user_row(name)
+        changes = {"password_hash": password_hash, "updated_at": self._now()}
+        self._t.users[row.id] = changed_row(row, User, changes)
+        return fresh(self._t.users[row.id])
+
     def _check_other_admin(self, row: UserRow, change: str) -> None:
         if not any(
             u.role == ADMIN_ROLE and not u.disabled and u.id != row.id

@@ -128,6 +128,13 @@ class UserRepo:
         User.update(disabled=disabled, updated_at=self._now()).where(User.id == row.id).execute()
         return self._existing(name)
 
+    def set_password(self, name: str, password_hash: str | None) -> UserRow:
+        """Store ``name``'s password hash (None: no password, so no password sign-in)."""
+        row = self._existing(name)
+        values = {"password_hash": password_hash, "updated_at": self._now()}
+        User.update(values).where(User.id == row.id).execute()
+        return self._existing(name)
+
     def _keep_an_admin(self, row: UserRow, change: str) -> None:
         others = User.select().where(
             User.role == ADMIN_ROLE,
@@ -268,6 +275,9 @@ class UserRecords:
 
     async def set_disabled(self, name: str, disabled: bool) -> UserRow:
         return await self._write(partial(self.repo.set_disabled, name, disabled))
+
+    async def set_password(self, name: str, password_hash: str | None) -> UserRow:
+        return await self._write(partial(self.repo.set_password, name, password_hash))
 
     async def create_team(self, name: str) -> TeamRow:
         return await self._write(partial(self.repo.create_team, name))

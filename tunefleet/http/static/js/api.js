@@ -54,6 +54,9 @@ export function followActive(error) {
 export async function request(method, path, { body, token = session.token, signOutOn401 = true } = {}) {
   const headers = { Accept: 'application/json' };
   if (token) headers.Authorization = `Bearer ${token}`;
+  // Signed in with a password: the cookie goes along by itself, and a change carries the
+  // session's CSRF token, without which the server refuses it (403).
+  else if (session.csrf && !['GET', 'HEAD'].includes(method)) headers['X-CSRF-Token'] = session.csrf;
   const init = { method, headers, cache: 'no-store' };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -67,9 +70,7 @@ export async function request(method, path, { body, token = session.token, signO
   }
   if (!response.ok) {
     const error = await errorFrom(response);
-    if (error.status === 401 && signOutOn401) {
-      session.signOut('Your token is no longer accepted (revoked or rotated?). Sign in again.');
-    }
+    if (error.status === 401 && signOutOn401) session.signOut(session.ended());
     if (error.permission) session.deny(error.permission);
     followActive(error);
     throw error;
@@ -92,7 +93,7 @@ export async function download(path, filename) {
   }
   if (!response.ok) {
     const error = await errorFrom(response);
-    if (error.status === 401) session.signOut('Your token is no longer accepted (revoked or rotated?). Sign in again.');
+    if (error.status === 401) session.signOut(session.ended());
     throw error;
   }
   const url = URL.createObjectURL(await response.blob());

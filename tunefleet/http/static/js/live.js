@@ -117,7 +117,7 @@ class LiveFeed {
     if (generation !== this.generation) return; // stopped or replaced meanwhile
     if (failure?.status === 401) {
       this.setState('stopped');
-      session.signOut('Your token is no longer accepted (revoked or rotated?). Sign in again.');
+      session.signOut(session.ended());
       return;
     }
     const delay = this.backoff.next();

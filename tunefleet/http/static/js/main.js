@@ -12,6 +12,8 @@ const main = $('main');
 const signin = $('signin');
 const form = $('signin-form');
 const tokenInput = $('signin-token');
+const usernameInput = $('signin-username');
+const passwordInput = $('signin-password');
 const signinError = $('signin-error');
 const signinButton = $('signin-submit');
 
@@ -19,6 +21,7 @@ function showError(message) {
   signinError.textContent = message;
   signinError.hidden = !message;
   tokenInput.setAttribute('aria-invalid', message ? 'true' : 'false');
+  passwordInput.setAttribute('aria-invalid', message ? 'true' : 'false');
 }
 
 function showSignIn(reason = '') {
@@ -29,28 +32,52 @@ function showSignIn(reason = '') {
   signin.hidden = false;
   document.title = 'Sign in · tunefleet';
   showError(reason);
-  tokenInput.focus();
+  usernameInput.focus();
 }
 
 function showApp() {
   signin.hidden = true;
   app.hidden = false;
   tokenInput.value = '';
+  passwordInput.value = '';
   showError('');
   live.start();
   startRouter(main);
 }
 
+/** A user name and password: the server answers with a session cookie and its CSRF token. */
+async function signInWithPassword(username, password) {
+  try {
+    const me = await request('POST', '/api/auth/login', {
+      body: { username, password }, token: null, signOutOn401: false,
+    });
+    session.signInWithSession(me.csrf_token, me.user, me.permissions);
+    showApp();
+  } catch (error) {
+    showError(error.status === 401 || error.status === 429
+      ? error.detail
+      : `Could not sign in: ${error.detail}`);
+    passwordInput.select();
+  }
+}
+
 form.addEventListener('submit', async (event) => {
   event.preventDefault();
   const token = tokenInput.value.trim();
-  if (!token) {
-    showError('Paste an API token first.');
-    tokenInput.focus();
+  const username = usernameInput.value.trim();
+  if (!token && !(username && passwordInput.value)) {
+    showError('Enter your user name and password, or paste an API token.');
+    (username ? passwordInput : usernameInput).focus();
     return;
   }
   signinButton.disabled = true;
   signinButton.textContent = 'Checking…';
+  if (!token) {
+    await signInWithPassword(username, passwordInput.value);
+    signinButton.disabled = false;
+    signinButton.textContent = 'Sign in';
+    return;
+  }
   try {
     // Any valid token may ask who it is: the check of the token, and what it may do,
     // so the page hides what the token could not do anyway.
@@ -68,7 +95,13 @@ form.addEventListener('submit', async (event) => {
   }
 });
 
-$('signout').addEventListener('click', () => session.signOut(''));
+$('signout').addEventListener('click', async () => {
+  if (session.csrf) {
+    // End the session on the server too; the tab signs out whatever it answers.
+    await request('POST', '/api/auth/logout', { signOutOn401: false }).catch(() => {});
+  }
+  session.signOut('');
+});
 session.onSignOut((reason) => showSignIn(reason));
 
 // --- the connection indicator ---------------------------------------------------------
@@ -97,5 +130,21 @@ live.onState((state, retryAt) => {
 });
 $('banner-retry').addEventListener('click', () => live.retryNow());
 
-if (session.token) showApp();
-else showSignIn();
+/** A new tab of a browser already signed in with a password: the cookie is there, and
+ * GET /api/auth/session hands this tab the session's CSRF token. */
+async function resumeSession() {
+  try {
+    const me = await request('GET', '/api/auth/session', { token: null, signOutOn401: false });
+    if (me.csrf_token) {
+      session.signInWithSession(me.csrf_token, me.user, me.permissions);
+      showApp();
+      return;
+    }
+  } catch {
+    // No session (or none left): sign in.
+  }
+  showSignIn();
+}
+
+if (session.signedIn) showApp();
+else resumeSession();

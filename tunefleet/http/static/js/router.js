@@ -6,6 +6,7 @@ import * as queue from './views/queue.js';
 import * as job from './views/job.js';
 import * as audit from './views/audit.js';
 import * as usage from './views/usage.js';
+import * as users from './views/users.js';
 
 const ROUTES = [
   { nav: 'workers', pattern: /^\/workers$/, view: workers, title: 'Workers' },
@@ -13,6 +14,7 @@ const ROUTES = [
   { nav: 'queue', pattern: /^\/jobs\/([\w.:-]+)$/, view: job, title: 'Job' },
   { nav: 'usage', pattern: /^\/usage$/, view: usage, title: 'Usage' },
   { nav: 'audit', pattern: /^\/audit$/, view: audit, title: 'Audit' },
+  { nav: 'users', pattern: /^\/users$/, view: users, title: 'Users & Teams' },
 ];
 
 let main = null;

@@ -82,7 +82,10 @@ export async function readEventStream(url, { token, signal, onOpen, onEvent, onB
   let response;
   try {
     response = await fetch(url, {
-      headers: { Accept: 'text/event-stream', Authorization: `Bearer ${token}` },
+      // Without a token the session cookie goes along (same origin); reading needs no CSRF token.
+      headers: token
+        ? { Accept: 'text/event-stream', Authorization: `Bearer ${token}` }
+        : { Accept: 'text/event-stream' },
       cache: 'no-store',
       signal,
     });

@@ -117,7 +117,7 @@ export function logPanel(jobId, { onLine, onEnd }) {
     } catch (error) {
       if (stopped) return;
       if (error.status === 401) {
-        session.signOut('Your token is no longer accepted (revoked or rotated?). Sign in again.');
+        session.signOut(session.ended());
         return;
       }
       if (error.status === 404) {
