@@ -64,17 +64,24 @@ def test_a_change_without_the_csrf_token_is_refused(page: Any, orchestrator: Orc
       const headers = { 'Content-Type': 'application/json' };
       if (csrf !== null) headers['X-CSRF-Token'] = csrf;
       const response = await fetch('/api/queue/submit', {
-        method: 'POST', headers, body: JSON.stringify({ config: { model_type: 'lora' } }),
+        method: 'POST', headers,
+        // No worker of the shared test server has this label: the job must not be taken
+        // by another test's worker.
+        body: JSON.stringify({
+          config: { model_type: 'lora' }, worker_labels: { suite: 'csrf-only' },
+        }),
       });
-      return [response.status, (await response.json()).detail ?? null];
+      const body = await response.json();
+      return [response.status, body.detail ?? body.job_id];
     }"""
     status, detail = page.evaluate(submit, None)
     assert status == 403 and "X-CSRF-Token" in detail
     status, _ = page.evaluate(submit, "a guessed token")
     assert status == 403
     csrf = page.evaluate("sessionStorage.getItem('tunefleet.csrf')")
-    status, detail = page.evaluate(submit, csrf)
-    assert status == 200, detail
+    status, job_id = page.evaluate(submit, csrf)
+    assert status == 200, job_id
+    orchestrator.request("POST", f"/api/queue/{job_id}/cancel")
 
 
 def test_an_open_page_returns_to_sign_in_when_its_user_is_disabled(
@@ -147,15 +154,18 @@ def test_a_person_changes_their_password_and_the_page_stays_signed_in(
     page.get_by_role("button", name="Change my password").click()
     page.get_by_text("Your password was changed").wait_for()
     # The page continues in its new session: a change with its new CSRF token works.
-    status = page.evaluate(
+    status, job_id = page.evaluate(
         """() => fetch('/api/queue/submit', {
           method: 'POST',
           headers: { 'Content-Type': 'application/json',
                      'X-CSRF-Token': sessionStorage.getItem('tunefleet.csrf') },
-          body: JSON.stringify({ config: { model_type: 'lora' } }),
-        }).then((r) => r.status)"""
+          body: JSON.stringify({
+            config: { model_type: 'lora' }, worker_labels: { suite: 'fay-only' },
+          }),
+        }).then(async (r) => [r.status, (await r.json()).job_id])"""
     )
     assert status == 200
+    orchestrator.request("POST", f"/api/queue/{job_id}/cancel")  # no other test's worker takes it
     # Not an admin: the rest of the page says which permission it needs.
     page.get_by_text("admin.users").first.wait_for()
     assert problems.unexpected() == []
