@@ -14,7 +14,15 @@ from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
 from tunefleet.actors.queue_ranks import QueueRanks
 from tunefleet.actors.runtime import LATER, Actor
+from tunefleet.actors.tenancy_limits import (
+    ConcurrencyLimits,
+    Holder,
+    LimitGate,
+    Usage,
+    hold_reason,
+)
 from tunefleet.actors.wait_reasons import WaitReasons
+from tunefleet.fsm.job import JobState
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
@@ -31,6 +39,10 @@ class Scheduler(Actor):
         self.fleet: dict[str, WorkerView] = {}
         self.reasons = WaitReasons()  # kept while no worker's view changes
         self.pass_scheduled = False
+        self.limits = ConcurrencyLimits()
+        # Jobs a pass gave a worker whose actor has not taken it yet (still pending there):
+        # they count against the limits from the moment they are planned.
+        self.granted: dict[str, Holder] = {}
 
     def answer_at_once(self, message: object) -> object:
         # A new job's placement needs no await: answered in the submission's own task
@@ -64,6 +76,11 @@ class Scheduler(Actor):
                     self._run_pass()
             case m.PlaceNewJob(job=job):
                 return self.place_new(job)
+            case m.SetConcurrencyLimits(limits=limits):
+                self.limits = limits
+                self._schedule_pass()
+            case m.LimitUsage():
+                return self.usage()
             case m.QueueNewJob(job=job):
                 self._wait(job)
                 self._run_pass()
@@ -97,6 +114,7 @@ class Scheduler(Actor):
 
     def _wait(self, job: PendingJob) -> None:
         self._unwait(job.job_id)  # told again (a restart, a requeue): its latest view
+        self.granted.pop(job.job_id, None)
         self.pending[job.job_id] = job
         self.order.add(job.priority, job.seq)
 
@@ -115,18 +133,23 @@ class Scheduler(Actor):
         if not self.pending or not self.idle:
             return
         unused = False
-        for job_id, worker_id in plan(list(self.pending.values()), self.idle):
+        # No limit set: no counting at all, the pass costs what it did before limits.
+        gate = None if self.limits.unlimited else LimitGate(self.limits, self.usage())
+        for job_id, worker_id in plan(list(self.pending.values()), self.idle, gate):
+            waiting = self.pending[job_id]
             self._unwait(job_id)
             job = self.ctx.jobs.get(job_id)
             if job is not None and job.try_tell(m.DispatchTo(worker_id)):
                 self.idle.discard(worker_id)
+                if gate is not None:
+                    self.granted[job_id] = waiting.holder()
             else:
                 unused = True
         if unused:
             # A worker planned for a job that had just ended is still free: plan again.
             self._schedule_pass()
 
-    def place_new(self, job: PendingJob) -> str | m.MustWait:
+    def place_new(self, job: PendingJob) -> str | m.MustWait | None:
         """The best idle worker for a job about to be submitted, taken for it; if none
         fits now, why it will wait. Older jobs come first: the pass they are owed runs
         before (and again while one planned a worker for a job that had just ended), and
@@ -134,6 +157,11 @@ class Scheduler(Actor):
         that fits one). So the worker chosen here is one no pending job could take."""
         while self.pass_scheduled:
             self._run_pass()
+        if not self.limits.unlimited:
+            # Under limits a new job queues first (None: the queue decides), so the pass
+            # that places it counts it: a job not yet stored has no actor to count by.
+            held = hold_reason(self.limits, self.usage(), job.holder())
+            return m.MustWait(held) if held is not None else None
         worker = self.idle.best_for(job.requirements.key())
         if worker is None:
             return m.MustWait(self._reason(job))
@@ -147,7 +175,28 @@ class Scheduler(Actor):
         return self._reason(job)
 
     def _reason(self, job: PendingJob) -> str:
+        if not self.limits.unlimited:
+            held = hold_reason(self.limits, self.usage(), job.holder())
+            if held is not None:
+                return held
         return self.reasons.reason(job.requirements, self._fleet_views, self.idle)
+
+    def usage(self) -> Usage:
+        """What the jobs holding workers hold: those dispatched or running, and those a
+        pass gave a worker that have not taken it yet. Counted afresh from the job actors
+        (a job that ends leaves them), so no second count can drift."""
+        usage = Usage()
+        for job_id in list(self.granted):
+            actor = self.ctx.jobs.get(job_id)
+            if actor is None or actor.state != JobState.PENDING or job_id in self.pending:
+                del self.granted[job_id]  # ended, counted by its state below, or waits again
+            else:
+                usage.add(self.granted[job_id])
+        for actor in self.ctx.jobs.values():
+            if actor.state in (JobState.DISPATCHED, JobState.RUNNING):
+                rec = actor.rec
+                usage.add(Holder(rec.user_name, rec.team_name, rec.gpu_count))
+        return usage
 
     def _fleet_views(self) -> list[WorkerView]:
         return list(self.fleet.values())
