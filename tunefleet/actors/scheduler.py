@@ -40,9 +40,10 @@ class Scheduler(Actor):
         self.reasons = WaitReasons()  # kept while no worker's view changes
         self.pass_scheduled = False
         self.limits = ConcurrencyLimits()
-        # Jobs a pass gave a worker whose actor has not taken it yet (still pending there):
-        # they count against the limits from the moment they are planned.
-        self.granted: dict[str, Holder] = {}
+        # Per worker, the job a pass gave it, until the worker is free again: while the
+        # job's actor has not taken it yet (still pending there) it counts against the
+        # limits from here. Kept without limits too, as they may be set at any time.
+        self.granted: dict[str, tuple[str, Holder]] = {}
 
     def answer_at_once(self, message: object) -> object:
         # A new job's placement needs no await: answered in the submission's own task
@@ -106,6 +107,8 @@ class Scheduler(Actor):
             # Busy or idle is not in the view: most changes leave the reasons as they are.
             self.fleet[msg.worker_id] = msg.view
             self.reasons.forget()
+        if msg.schedulable:
+            self.granted.pop(msg.worker_id, None)
         if msg.schedulable and msg.view is not None and msg.view.connected:
             self.idle.add(msg.view)
             self._schedule_pass()
@@ -114,7 +117,6 @@ class Scheduler(Actor):
 
     def _wait(self, job: PendingJob) -> None:
         self._unwait(job.job_id)  # told again (a restart, a requeue): its latest view
-        self.granted.pop(job.job_id, None)
         self.pending[job.job_id] = job
         self.order.add(job.priority, job.seq)
 
@@ -141,8 +143,7 @@ class Scheduler(Actor):
             job = self.ctx.jobs.get(job_id)
             if job is not None and job.try_tell(m.DispatchTo(worker_id)):
                 self.idle.discard(worker_id)
-                if gate is not None:
-                    self.granted[job_id] = waiting.holder()
+                self.granted[worker_id] = (job_id, waiting.holder())
             else:
                 unused = True
         if unused:
@@ -186,12 +187,12 @@ class Scheduler(Actor):
         pass gave a worker that have not taken it yet. Counted afresh from the job actors
         (a job that ends leaves them), so no second count can drift."""
         usage = Usage()
-        for job_id in list(self.granted):
+        for worker_id, (job_id, holder) in list(self.granted.items()):
             actor = self.ctx.jobs.get(job_id)
             if actor is None or actor.state != JobState.PENDING or job_id in self.pending:
-                del self.granted[job_id]  # ended, counted by its state below, or waits again
+                del self.granted[worker_id]  # ended, counted by its state below, or waits
             else:
-                usage.add(self.granted[job_id])
+                usage.add(holder)
         for actor in self.ctx.jobs.values():
             if actor.state in (JobState.DISPATCHED, JobState.RUNNING):
                 rec = actor.rec
