@@ -27,6 +27,7 @@ from tunefleet.storage.errors import AlreadyExists, DatabaseClosed
 from tunefleet.storage.memory import memory_store
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
+from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_users import MemoryUserRepo
 from tunefleet.storage.rows import TeamRow, UserRow
 from tunefleet.storage.store import Repos, Store
@@ -34,6 +35,7 @@ from tunefleet.storage.store_artifacts import ArtifactRepo, ArtifactRow
 from tunefleet.storage.store_audit import AuditRepo
 from tunefleet.storage.store_base import JobOwner, Viewer
 from tunefleet.storage.store_jobs import JobRepo
+from tunefleet.storage.store_limits import LimitRepo
 from tunefleet.storage.store_metrics import MAX_POINTS_PER_ATTEMPT, MetricRepo
 from tunefleet.storage.store_users import UserFacts, UserRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, WorkerRepo
@@ -47,6 +49,7 @@ TWINS = [
     (MetricRepo, MemoryMetricRepo),
     (ArtifactRepo, MemoryArtifactRepo),
     (UserRepo, MemoryUserRepo),
+    (LimitRepo, MemoryLimitRepo),
 ]
 
 

@@ -22,6 +22,7 @@ import time
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
 from tunefleet.storage.memory_tables import MemoryDatabase
+from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_users import MemoryUserRepo
 from tunefleet.storage.migrations import FIRST_ADMIN_USER, FIRST_TEAM
 from tunefleet.storage.store import Repos, Store
@@ -41,6 +42,7 @@ def memory_store(now: Now = time.time) -> Store:
         metrics=MemoryMetricRepo(tables),
         artifacts=MemoryArtifactRepo(now, tables),
         users=MemoryUserRepo(now, tables),
+        limits=MemoryLimitRepo(now, tables),
     )
     # What migration 10 leaves in every database: the first admin in the first team.
     repos.users.create_team(FIRST_TEAM)

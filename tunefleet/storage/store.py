@@ -35,6 +35,7 @@ from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
 from tunefleet.storage.store_base import MAX_PAGE, Connector, JobOwner, Now, Viewer
 from tunefleet.storage.store_jobs import JobOrder, JobRepo, LogLineLike
 from tunefleet.storage.store_metrics import MetricRepo
+from tunefleet.storage.store_limits import LimitRecords, LimitRepo
 from tunefleet.storage.store_users import UserRecords, UserRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, HeartbeatColumns, WorkerRepo
 
@@ -54,6 +55,7 @@ class Repos:
     metrics: MetricRepo = field(default_factory=MetricRepo)
     artifacts: ArtifactRepo = field(default_factory=lambda: ArtifactRepo(time.time))
     users: UserRepo = field(default_factory=lambda: UserRepo(time.time))
+    limits: LimitRepo = field(default_factory=lambda: LimitRepo(time.time))
 
 
 class Store:
@@ -69,11 +71,14 @@ class Store:
                 AuditRepo(now),
                 artifacts=ArtifactRepo(now),
                 users=UserRepo(now),
+                limits=LimitRepo(now),
             )
         # Artifact rows have their own facade (store_artifacts); their repo joins `atomically`.
         self.artifacts = ArtifactRecords(db, now, repos.artifacts)
         # Users and teams too (store_users), with what authentication reads kept.
         self.users = UserRecords(db, now, repos.users)
+        # Concurrency limits (store_limits): the scheduler's, kept by the fleet once read.
+        self.limits = LimitRecords(db, repos.limits)
         self.repos = repos
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens
