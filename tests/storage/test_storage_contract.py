@@ -25,9 +25,9 @@ from storage_testkit import Line, race_to_dispatch
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists, DatabaseClosed
 from tunefleet.storage.memory import memory_store
+from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
-from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_users import MemoryUserRepo
 from tunefleet.storage.rows import TeamRow, UserRow
 from tunefleet.storage.store import Repos, Store

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import time
 
+from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
 from tunefleet.storage.memory_tables import MemoryDatabase
-from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_users import MemoryUserRepo
 from tunefleet.storage.migrations import FIRST_ADMIN_USER, FIRST_TEAM
 from tunefleet.storage.store import Repos, Store

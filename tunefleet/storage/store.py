@@ -34,8 +34,8 @@ from tunefleet.storage.store_artifacts import ArtifactRecords, ArtifactRepo
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
 from tunefleet.storage.store_base import MAX_PAGE, Connector, JobOwner, Now, Viewer
 from tunefleet.storage.store_jobs import JobOrder, JobRepo, LogLineLike
-from tunefleet.storage.store_metrics import MetricRepo
 from tunefleet.storage.store_limits import LimitRecords, LimitRepo
+from tunefleet.storage.store_metrics import MetricRepo
 from tunefleet.storage.store_users import UserRecords, UserRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, HeartbeatColumns, WorkerRepo
 
