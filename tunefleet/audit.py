@@ -80,6 +80,8 @@ class AuditKind(StrEnum):
     TEAM_CREATED = "team.created"
     TEAM_MEMBER_ADDED = "team.member_added"
     TEAM_MEMBER_REMOVED = "team.member_removed"
+    TEAM_LIMITS_SET = "team.limits_set"
+    QUEUE_CONCURRENCY_SET = "queue.concurrency_set"
 
 
 _KINDS = frozenset(kind.value for kind in AuditKind)

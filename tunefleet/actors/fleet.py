@@ -20,6 +20,7 @@ from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.actors.scheduler import Scheduler
 from tunefleet.actors.stream import StreamConnection
 from tunefleet.actors.supervisor import Supervisor
+from tunefleet.actors.tenancy_limits import ConcurrencyLimits
 from tunefleet.actors.worker_actor import WorkerActor
 from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden, NotFound
@@ -46,6 +47,7 @@ class Fleet:
         self.ctx = ctx
         self.worker_tokens: dict[str, str] = {}  # token hash → worker id
         self._names_in_creation: set[str] = set()  # two creates of one name at once
+        self.limits = ConcurrencyLimits()  # as last told to the scheduler
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -441,6 +443,17 @@ class Fleet:
             raise Conflict(f"job {job_id} is already {row[0]}; nothing to cancel")
         why = f"cancelled by {actor}" + (f": {reason}" if reason else "")
         return cast(dict[str, Any], await job.ask(m.CancelJob(why, actor)))
+
+    # --- concurrency limits (tenancy_limits.py) ------------------------------------------
+
+    def set_limits(self, limits: ConcurrencyLimits) -> None:
+        """The scheduler goes by these from its next pass; running jobs are not touched."""
+        self.limits = limits
+        self.ctx.scheduler.tell(m.SetConcurrencyLimits(limits))
+
+    def fleet_gpus(self) -> int:
+        """GPUs of the workers the scheduler knows now (a team limit above it is warned)."""
+        return sum(view.gpu_count for view in self.ctx.scheduler.fleet.values())
 
     async def position(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)

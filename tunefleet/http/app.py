@@ -284,6 +284,7 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     inventory = probe.inventory()
     local = local_worker_record(inventory, clock.time()) if settings.local_runner else None
     await fleet.start(local_worker=local)
+    fleet.set_limits(await store.limits.limits())
     app[keys.FLEET] = fleet
     app[keys.AUDIT] = audit
     runner: LocalRunner | None = None

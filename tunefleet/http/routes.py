@@ -12,6 +12,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_admin,
     routes_artifacts,
     routes_job_artifacts,
+    routes_limits,
     routes_metrics,
     routes_ops,
     routes_queue,
