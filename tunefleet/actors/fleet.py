@@ -53,7 +53,8 @@ class Fleet:
 
     async def start(self, local_worker: WorkerRecord | None = None) -> None:
         ctx = self.ctx
-        ctx.scheduler = ctx.system.spawn(Scheduler(ctx))
+        # The stored limits hold from the first pass over the restored queue.
+        ctx.scheduler = ctx.system.spawn(Scheduler(ctx, self.limits))
         ctx.supervisor = ctx.system.spawn(Supervisor(ctx, self._remove_worker))
         self.worker_tokens = await ctx.persistence.worker_token_hashes()
         live_jobs = await ctx.persistence.load_live_jobs()

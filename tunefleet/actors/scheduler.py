@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class Scheduler(Actor):
-    def __init__(self, ctx: FleetContext) -> None:
+    def __init__(self, ctx: FleetContext, limits: ConcurrencyLimits | None = None) -> None:
         super().__init__("scheduler")
         self.ctx = ctx
         self.pending: dict[str, PendingJob] = {}
@@ -39,7 +39,7 @@ class Scheduler(Actor):
         self.fleet: dict[str, WorkerView] = {}
         self.reasons = WaitReasons()  # kept while no worker's view changes
         self.pass_scheduled = False
-        self.limits = ConcurrencyLimits()
+        self.limits = limits if limits is not None else ConcurrencyLimits()
         # Per worker, the job a pass gave it, until the worker is free again: while the
         # job's actor has not taken it yet (still pending there) it counts against the
         # limits from here. Kept without limits too, as they may be set at any time.
@@ -88,7 +88,7 @@ class Scheduler(Actor):
                 return self.place_in_queue(job.job_id)
             case m.HasWorkFor(worker=view):
                 self._run_pass()
-                return any(unmet(job.requirements, view) is None for job in self.pending.values())
+                return self._has_work_for(view)
             case m.ExplainWait(job_id=job_id):
                 self._run_pass()
                 return self.explain(job_id)
@@ -174,6 +174,16 @@ class Scheduler(Actor):
         if job is None:
             return None
         return self._reason(job)
+
+    def _has_work_for(self, view: WorkerView) -> bool:
+        """A pending job the worker fits that no limit holds (a held one has no use for
+        it meanwhile); the running jobs are counted once for all of them."""
+        usage = None if self.limits.unlimited else self.usage()
+        return any(
+            unmet(job.requirements, view) is None
+            and (usage is None or hold_reason(self.limits, usage, job.holder()) is None)
+            for job in self.pending.values()
+        )
 
     def _reason(self, job: PendingJob) -> str:
         if not self.limits.unlimited:
