@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
 from hypothesis import HealthCheck, settings
@@ -14,8 +15,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tunefleet.actors import messages as m
+from tunefleet.actors.build import build_fleet
 from tunefleet.actors.clock import FakeClock
-from tunefleet.actors.context import FleetContext
+from tunefleet.actors.context import FleetContext, FleetSettings
 from tunefleet.actors.matching import PendingJob, Requirements, WorkerView
 from tunefleet.actors.runtime import ActorSystem
 from tunefleet.actors.scheduler import Scheduler
@@ -27,7 +29,9 @@ from tunefleet.actors.tenancy_limits import (
     hold_reason,
     usage_of,
 )
+from tunefleet.audit import AuditLog
 from tunefleet.fsm.job import JobState
+from tunefleet.storage.memory import memory_store
 
 USERS = ["ann", "bob", "cy"]
 TEAMS = ["nlp", "vision", None]
@@ -195,3 +199,23 @@ LimitsMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestSchedulerUnderLimits = LimitsMachine.TestCase
+
+
+def test_a_fleet_started_with_stored_limits_schedules_by_them_from_its_first_pass(tmp_path: Path) -> None:
+    """The stored limits are read before the fleet starts (http/app.py), so the pass over
+    the restored queue already goes by them."""
+
+    async def scenario() -> ConcurrencyLimits:
+        store = memory_store()
+        await store.limits.set_fleet_limits(2, 1)
+        audit = AuditLog(store.append_audit, tmp_path / "audit.jsonl", FakeClock())
+        fleet = build_fleet(store, FakeClock(), FleetSettings(local_runner=False), audit)
+        fleet.limits = await store.limits.limits()
+        await fleet.start()
+        try:
+            return fleet.ctx.scheduler.limits
+        finally:
+            await fleet.stop()
+            await audit.close()
+
+    assert asyncio.run(scenario()) == ConcurrencyLimits(2, 1)
