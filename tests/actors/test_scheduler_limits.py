@@ -201,7 +201,7 @@ LimitsMachine.TestCase.settings = settings(
 TestSchedulerUnderLimits = LimitsMachine.TestCase
 
 
-def test_a_fleet_started_with_stored_limits_schedules_by_them_from_its_first_pass(tmp_path: Path) -> None:
+def test_a_fleet_started_with_stored_limits_goes_by_them_at_once(tmp_path: Path) -> None:
     """The stored limits are read before the fleet starts (http/app.py), so the pass over
     the restored queue already goes by them."""
 
