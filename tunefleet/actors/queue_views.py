@@ -46,8 +46,12 @@ def live_jobs(ctx: FleetContext) -> list[LiveJob]:
     ]
 
 
+# The wire keys of a count: the states' own names (running: holding a worker).
+_PENDING, _RUNNING = str(JobState.PENDING), str(JobState.RUNNING)
+
+
 def _bucket() -> dict[str, int]:
-    return {"pending": 0, "running": 0, "gpus": 0}
+    return {_PENDING: 0, _RUNNING: 0, "gpus": 0}
 
 
 def counts_by(jobs: Iterable[LiveJob], key: str) -> dict[str, dict[str, int]]:
@@ -59,9 +63,9 @@ def counts_by(jobs: Iterable[LiveJob], key: str) -> dict[str, dict[str, int]]:
             continue
         bucket = counts.setdefault(owner, _bucket())
         if job.state == JobState.PENDING:
-            bucket["pending"] += 1
+            bucket[_PENDING] += 1
         elif job.state in _HOLDING:
-            bucket["running"] += 1
+            bucket[_RUNNING] += 1
             bucket["gpus"] += job.gpu_count
     return counts
 
