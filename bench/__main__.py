@@ -26,6 +26,7 @@ import structlog
 BENCHMARKS: tuple[str, ...] = (
     "actor_cost",
     "scheduler_plan",
+    "tenancy_pass",
     "domain_actor_cost",
     "commit_path",
     "cycle_cpu",

@@ -88,6 +88,8 @@ class AuditKind(StrEnum):
     TEAM_BUDGET_CLEARED = "team.budget_cleared"
     # A submit let through past its team's spent `warn` budget.
     BUDGET_WARNING = "budget.warning"
+    TEAM_LIMITS_SET = "team.limits_set"
+    QUEUE_CONCURRENCY_SET = "queue.concurrency_set"
 
 
 _KINDS = frozenset(kind.value for kind in AuditKind)

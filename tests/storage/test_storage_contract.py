@@ -25,6 +25,7 @@ from storage_testkit import Line, race_to_dispatch
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists, DatabaseClosed
 from tunefleet.storage.memory import memory_store
+from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
 from tunefleet.storage.memory_users import MemoryUsageRepo, MemoryUserRepo
@@ -34,6 +35,7 @@ from tunefleet.storage.store_artifacts import ArtifactRepo, ArtifactRow
 from tunefleet.storage.store_audit import AuditRepo
 from tunefleet.storage.store_base import JobOwner, Viewer
 from tunefleet.storage.store_jobs import JobRepo
+from tunefleet.storage.store_limits import LimitRepo
 from tunefleet.storage.store_metrics import MAX_POINTS_PER_ATTEMPT, MetricRepo
 from tunefleet.storage.store_usage import UsageRepo
 from tunefleet.storage.store_users import UserFacts, UserRepo
@@ -49,6 +51,7 @@ TWINS = [
     (ArtifactRepo, MemoryArtifactRepo),
     (UserRepo, MemoryUserRepo),
     (UsageRepo, MemoryUsageRepo),
+    (LimitRepo, MemoryLimitRepo),
 ]
 
 

@@ -20,6 +20,7 @@ from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.actors.scheduler import Scheduler
 from tunefleet.actors.stream import StreamConnection
 from tunefleet.actors.supervisor import Supervisor
+from tunefleet.actors.tenancy_limits import ConcurrencyLimits
 from tunefleet.actors.worker_actor import WorkerActor
 from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden, NotFound
@@ -46,12 +47,14 @@ class Fleet:
         self.ctx = ctx
         self.worker_tokens: dict[str, str] = {}  # token hash → worker id
         self._names_in_creation: set[str] = set()  # two creates of one name at once
+        self.limits = ConcurrencyLimits()  # as last told to the scheduler
 
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self, local_worker: WorkerRecord | None = None) -> None:
         ctx = self.ctx
-        ctx.scheduler = ctx.system.spawn(Scheduler(ctx))
+        # The stored limits hold from the first pass over the restored queue.
+        ctx.scheduler = ctx.system.spawn(Scheduler(ctx, self.limits))
         ctx.supervisor = ctx.system.spawn(Supervisor(ctx, self._remove_worker))
         self.worker_tokens = await ctx.persistence.worker_token_hashes()
         live_jobs = await ctx.persistence.load_live_jobs()
@@ -441,6 +444,17 @@ class Fleet:
             raise Conflict(f"job {job_id} is already {row[0]}; nothing to cancel")
         why = f"cancelled by {actor}" + (f": {reason}" if reason else "")
         return cast(dict[str, Any], await job.ask(m.CancelJob(why, actor)))
+
+    # --- concurrency limits (tenancy_limits.py) ------------------------------------------
+
+    def set_limits(self, limits: ConcurrencyLimits) -> None:
+        """The scheduler goes by these from its next pass; running jobs are not touched."""
+        self.limits = limits
+        self.ctx.scheduler.tell(m.SetConcurrencyLimits(limits))
+
+    def fleet_gpus(self) -> int:
+        """GPUs of the workers the scheduler knows now (a team limit above it is warned)."""
+        return sum(view.gpu_count for view in self.ctx.scheduler.fleet.values())
 
     async def position(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)

@@ -67,6 +67,8 @@ class JobActor(JobFsmMixin, Actor):
             self.rec.seq,
             self.rec.requirements(),
             avoid=self.unacknowledged_by,
+            user=self.rec.user_name,
+            team=self.rec.team_name,
         )
 
     async def receive(self, message: object) -> object:

@@ -32,6 +32,7 @@ from tunefleet.actors.matching_index import (
     gpu_name_matches,
     label_matches,
 )
+from tunefleet.actors.tenancy_limits import Holder, LimitGate
 from tunefleet.errors import TunefleetError
 
 TARGETS = ("worker", "local", "auto")
@@ -115,6 +116,12 @@ class PendingJob:
     # The worker that never acknowledged its last dispatch: another fitting idle worker is
     # preferred, but the job never waits for one (see plan()).
     avoid: str | None = None
+    # Whose it is, for the concurrency limits (tenancy_limits.py).
+    user: str | None = None
+    team: str | None = None
+
+    def holder(self) -> Holder:
+        return Holder(self.user, self.team, self.requirements.gpu_count)
 
 
 # --- one worker against one job -------------------------------------------------------
@@ -159,7 +166,9 @@ def _label_problem(labels: Mapping[str, str], key: str, pattern: str) -> str | N
 
 
 def plan(
-    pending: Sequence[PendingJob], idle_workers: Sequence[WorkerView] | IdleWorkers
+    pending: Sequence[PendingJob],
+    idle_workers: Sequence[WorkerView] | IdleWorkers,
+    gate: LimitGate | None = None,
 ) -> list[tuple[str, str]]:
     """Assign idle workers to pending jobs: ``[(job_id, worker_id), ...]`` in job order.
 
@@ -171,23 +180,29 @@ def plan(
     (matching_index.py). Both choose the same worker. A job that avoids a worker (it did
     not acknowledge the job's last dispatch) is then moved off it where another worker no
     job was given fits (``_steer_clear``); only then may a placement come out of order.
+
+    With a ``gate`` (concurrency limits), a job the limits hold is skipped like one
+    nothing fits, never blocking the jobs of other users and teams behind it, and each
+    job placed is counted before the next is asked about.
     """
-    placements = _plan(pending, idle_workers)
+    placements = _plan(pending, idle_workers, gate)
     if any(job.avoid is not None for job in pending):  # rare: after an unacknowledged dispatch
         pool = idle_workers if isinstance(idle_workers, IdleWorkers) else IdleWorkers(idle_workers)
-        return _steer_clear(pending, pool, placements)
+        return _steer_clear(pending, pool, placements, gate)
     return placements
 
 
 def _plan(
-    pending: Sequence[PendingJob], idle_workers: Sequence[WorkerView] | IdleWorkers
+    pending: Sequence[PendingJob],
+    idle_workers: Sequence[WorkerView] | IdleWorkers,
+    gate: LimitGate | None,
 ) -> list[tuple[str, str]]:
     if isinstance(idle_workers, IdleWorkers):
         if len(pending) < SCAN_BELOW_JOBS:
-            return _plan_in_fit_order(pending, idle_workers)
+            return _plan_in_fit_order(pending, idle_workers, gate)
         index = FleetIndex(idle_workers.values())  # already one view per id, all connected
     elif len(pending) < SCAN_BELOW_JOBS:
-        return _plan_in_fit_order(pending, IdleWorkers(idle_workers))
+        return _plan_in_fit_order(pending, IdleWorkers(idle_workers), gate)
     else:  # ids once each, and only workers with an open stream
         index = FleetIndex({w.worker_id: w for w in idle_workers if w.connected}.values())
     hopeless: set[RequirementsKey] = set()  # nothing fits now, so nothing will this pass
@@ -199,18 +214,25 @@ def _plan(
         key = job.requirements.key()
         if key in hopeless or job.job_id in placed_jobs:
             continue
+        if gate is not None and not gate.allows(job.holder()):
+            continue
         rank = index.best_for(key)
         if rank is None:
             hopeless.add(key)
             continue
         index.take(rank)
+        if gate is not None:
+            gate.take(job.holder())
         placed_jobs.add(job.job_id)
         placements.append((job.job_id, index.workers[rank].worker_id))
     return placements
 
 
 def _steer_clear(
-    pending: Sequence[PendingJob], pool: IdleWorkers, placements: list[tuple[str, str]]
+    pending: Sequence[PendingJob],
+    pool: IdleWorkers,
+    placements: list[tuple[str, str]],
+    gate: LimitGate | None,
 ) -> list[tuple[str, str]]:
     """Move each job placed on the worker it avoids to the best other free worker that
     fits it, if any (a worker that takes job_submits and never acknowledges them would
@@ -240,7 +262,8 @@ def _steer_clear(
     taken = {worker_id for _, worker_id in steered}
     left = [job for job in pending if job.job_id not in placed]
     free = [worker for worker in pool.values() if worker.worker_id not in taken]
-    return steered + plan(left, free) if left and free else steered
+    # The gate has counted every job in ``steered`` already: only ``left`` is asked about.
+    return steered + plan(left, free, gate) if left and free else steered
 
 
 # Below this many pending jobs a pass walks the idle workers in fit order instead of
@@ -250,15 +273,21 @@ def _steer_clear(
 SCAN_BELOW_JOBS = 4
 
 
-def _plan_in_fit_order(pending: Sequence[PendingJob], pool: IdleWorkers) -> list[tuple[str, str]]:
+def _plan_in_fit_order(
+    pending: Sequence[PendingJob], pool: IdleWorkers, gate: LimitGate | None
+) -> list[tuple[str, str]]:
     """plan() for a few jobs: for each, the free qualifying worker first in fit order."""
     taken: set[str] = set()
     placements: list[tuple[str, str]] = []
     for job in sorted(pending, key=lambda j: (-j.priority, j.seq, j.job_id)):
         if any(placed == job.job_id for placed, _ in placements):
             continue
+        if gate is not None and not gate.allows(job.holder()):
+            continue
         worker = pool.best_for(job.requirements.key(), taken)
         if worker is not None:
+            if gate is not None:
+                gate.take(job.holder())
             taken.add(worker.worker_id)
             placements.append((job.job_id, worker.worker_id))
     return placements

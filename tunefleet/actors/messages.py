@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunefleet.actors.matching import PendingJob, WorkerView
+from tunefleet.actors.tenancy_limits import ConcurrencyLimits
 from tunefleet.protocol.events import JobSubmitEvent
 
 # --- to a WorkerActor -------------------------------------------------------------
@@ -290,3 +291,16 @@ class QueuePlace:
     are considered (1 is next), and why it waits; (None, None) when it is not pending."""
 
     job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetConcurrencyLimits:
+    """The concurrency limits changed (or were loaded): the next passes go by them. A
+    raised limit may free jobs, so a pass follows; running jobs are never stopped."""
+
+    limits: ConcurrencyLimits
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUsage:
+    """Reply: the running jobs' Usage as the limits count it (tenancy_limits.py)."""

@@ -14,14 +14,22 @@ from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
 from tunefleet.actors.queue_ranks import QueueRanks
 from tunefleet.actors.runtime import LATER, Actor
+from tunefleet.actors.tenancy_limits import (
+    ConcurrencyLimits,
+    Holder,
+    LimitGate,
+    Usage,
+    hold_reason,
+)
 from tunefleet.actors.wait_reasons import WaitReasons
+from tunefleet.fsm.job import JobState
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
 
 
 class Scheduler(Actor):
-    def __init__(self, ctx: FleetContext) -> None:
+    def __init__(self, ctx: FleetContext, limits: ConcurrencyLimits | None = None) -> None:
         super().__init__("scheduler")
         self.ctx = ctx
         self.pending: dict[str, PendingJob] = {}
@@ -31,6 +39,11 @@ class Scheduler(Actor):
         self.fleet: dict[str, WorkerView] = {}
         self.reasons = WaitReasons()  # kept while no worker's view changes
         self.pass_scheduled = False
+        self.limits = limits if limits is not None else ConcurrencyLimits()
+        # Per worker, the job a pass gave it, until the worker is free again: while the
+        # job's actor has not taken it yet (still pending there) it counts against the
+        # limits from here. Kept without limits too, as they may be set at any time.
+        self.granted: dict[str, tuple[str, Holder]] = {}
 
     def answer_at_once(self, message: object) -> object:
         # A new job's placement needs no await: answered in the submission's own task
@@ -64,13 +77,18 @@ class Scheduler(Actor):
                     self._run_pass()
             case m.PlaceNewJob(job=job):
                 return self.place_new(job)
+            case m.SetConcurrencyLimits(limits=limits):
+                self.limits = limits
+                self._schedule_pass()
+            case m.LimitUsage():
+                return self.usage()
             case m.QueueNewJob(job=job):
                 self._wait(job)
                 self._run_pass()
                 return self.place_in_queue(job.job_id)
             case m.HasWorkFor(worker=view):
                 self._run_pass()
-                return any(unmet(job.requirements, view) is None for job in self.pending.values())
+                return self._has_work_for(view)
             case m.ExplainWait(job_id=job_id):
                 self._run_pass()
                 return self.explain(job_id)
@@ -89,6 +107,8 @@ class Scheduler(Actor):
             # Busy or idle is not in the view: most changes leave the reasons as they are.
             self.fleet[msg.worker_id] = msg.view
             self.reasons.forget()
+        if msg.schedulable:
+            self.granted.pop(msg.worker_id, None)
         if msg.schedulable and msg.view is not None and msg.view.connected:
             self.idle.add(msg.view)
             self._schedule_pass()
@@ -115,18 +135,22 @@ class Scheduler(Actor):
         if not self.pending or not self.idle:
             return
         unused = False
-        for job_id, worker_id in plan(list(self.pending.values()), self.idle):
+        # No limit set: no counting at all, the pass costs what it did before limits.
+        gate = None if self.limits.unlimited else LimitGate(self.limits, self.usage())
+        for job_id, worker_id in plan(list(self.pending.values()), self.idle, gate):
+            waiting = self.pending[job_id]
             self._unwait(job_id)
             job = self.ctx.jobs.get(job_id)
             if job is not None and job.try_tell(m.DispatchTo(worker_id)):
                 self.idle.discard(worker_id)
+                self.granted[worker_id] = (job_id, waiting.holder())
             else:
                 unused = True
         if unused:
             # A worker planned for a job that had just ended is still free: plan again.
             self._schedule_pass()
 
-    def place_new(self, job: PendingJob) -> str | m.MustWait:
+    def place_new(self, job: PendingJob) -> str | m.MustWait | None:
         """The best idle worker for a job about to be submitted, taken for it; if none
         fits now, why it will wait. Older jobs come first: the pass they are owed runs
         before (and again while one planned a worker for a job that had just ended), and
@@ -134,6 +158,11 @@ class Scheduler(Actor):
         that fits one). So the worker chosen here is one no pending job could take."""
         while self.pass_scheduled:
             self._run_pass()
+        if not self.limits.unlimited:
+            # Under limits a new job queues first (None: the queue decides), so the pass
+            # that places it counts it: a job not yet stored has no actor to count by.
+            held = hold_reason(self.limits, self.usage(), job.holder())
+            return m.MustWait(held) if held is not None else None
         worker = self.idle.best_for(job.requirements.key())
         if worker is None:
             return m.MustWait(self._reason(job))
@@ -146,8 +175,39 @@ class Scheduler(Actor):
             return None
         return self._reason(job)
 
+    def _has_work_for(self, view: WorkerView) -> bool:
+        """A pending job the worker fits that no limit holds (a held one has no use for
+        it meanwhile); the running jobs are counted once for all of them."""
+        usage = None if self.limits.unlimited else self.usage()
+        return any(
+            unmet(job.requirements, view) is None
+            and (usage is None or hold_reason(self.limits, usage, job.holder()) is None)
+            for job in self.pending.values()
+        )
+
     def _reason(self, job: PendingJob) -> str:
+        if not self.limits.unlimited:
+            held = hold_reason(self.limits, self.usage(), job.holder())
+            if held is not None:
+                return held
         return self.reasons.reason(job.requirements, self._fleet_views, self.idle)
+
+    def usage(self) -> Usage:
+        """What the jobs holding workers hold: those dispatched or running, and those a
+        pass gave a worker that have not taken it yet. Counted afresh from the job actors
+        (a job that ends leaves them), so no second count can drift."""
+        usage = Usage()
+        for worker_id, (job_id, holder) in list(self.granted.items()):
+            actor = self.ctx.jobs.get(job_id)
+            if actor is None or actor.state != JobState.PENDING or job_id in self.pending:
+                del self.granted[worker_id]  # ended, counted by its state below, or waits
+            else:
+                usage.add(holder)
+        for actor in self.ctx.jobs.values():
+            if actor.state in (JobState.DISPATCHED, JobState.RUNNING):
+                rec = actor.rec
+                usage.add(Holder(rec.user_name, rec.team_name, rec.gpu_count))
+        return usage
 
     def _fleet_views(self) -> list[WorkerView]:
         return list(self.fleet.values())

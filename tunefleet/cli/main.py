@@ -7,6 +7,7 @@ import click
 from tunefleet import __version__
 from tunefleet.cli.audit import audit
 from tunefleet.cli.jobs import jobs
+from tunefleet.cli.limits import queue
 from tunefleet.cli.server import server
 from tunefleet.cli.tokens import tokens
 from tunefleet.cli.usage import usage
@@ -28,7 +29,8 @@ cli.add_command(workers)
 cli.add_command(jobs)
 cli.add_command(tokens)
 cli.add_command(users)
-cli.add_command(teams)
+cli.add_command(teams)  # its set-limits comes from cli/limits.py
+cli.add_command(queue)
 cli.add_command(audit)
 cli.add_command(usage)
 

@@ -283,6 +283,7 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     probe = GpuProbe()
     inventory = probe.inventory()
     local = local_worker_record(inventory, clock.time()) if settings.local_runner else None
+    fleet.limits = await store.limits.limits()  # the scheduler starts under them
     await fleet.start(local_worker=local)
     app[keys.FLEET] = fleet
     app[keys.AUDIT] = audit

@@ -13,6 +13,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_artifacts,
     routes_auth,
     routes_job_artifacts,
+    routes_limits,
     routes_metrics,
     routes_ops,
     routes_queue,

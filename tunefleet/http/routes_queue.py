@@ -10,6 +10,7 @@ from aiohttp import web
 
 from tunefleet.actors.matching import job_gpu_count_from_config
 from tunefleet.actors.persistence import UNDELIVERED
+from tunefleet.actors.queue_views import counts_by, live_jobs
 from tunefleet.actors.records import JobRecord
 from tunefleet.commands import chooses_program
 from tunefleet.fsm.job import JobState
@@ -20,6 +21,7 @@ from tunefleet.http.budget_check import check_budget, note_budget_warning
 from tunefleet.http.errors import ApiError
 from tunefleet.http.job_access import (
     check_may_change,
+    may_see,
     team_for_submit,
     viewer_of,
     visible_job,
@@ -178,7 +180,22 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
     auth="api",
 )
 async def queue_stats(request: web.Request) -> web.StreamResponse:
-    return web.json_response(await fleet_of(request).stats())
+    """SimpleTuner's fields and ours; by_user and by_team only name whom the caller may
+    see (an admin: everyone)."""
+    fleet = fleet_of(request)
+    principal = principal_of(request)
+    jobs = live_jobs(fleet.ctx)
+    by_user = counts_by(jobs, "user")
+    by_team = counts_by(jobs, "team")
+    return web.json_response(
+        {
+            **await fleet.stats(),
+            "max_concurrent": fleet.limits.max_concurrent,
+            "user_max_concurrent": fleet.limits.user_max_concurrent,
+            "by_user": {u: c for u, c in by_user.items() if may_see(principal, u, None)},
+            "by_team": {t: c for t, c in by_team.items() if may_see(principal, None, t)},
+        }
+    )
 
 
 @routes.route(

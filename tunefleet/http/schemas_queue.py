@@ -26,6 +26,7 @@ from tunefleet.http.schemas_common import (
     Target,
     scalars_as_text,
 )
+from tunefleet.http.schemas_limits import OwnerCounts
 
 MAX_PAGE = 500
 MAX_METRIC_POINTS = 10_000
@@ -298,6 +299,14 @@ class QueueStatsResponse(ResponseModel):
     cancelled: int
     avg_wait_seconds: float | None = None
     workers: WorkerCounts
+    max_concurrent: int | None = Field(default=None, description="null: no limit")
+    user_max_concurrent: int | None = Field(default=None, description="null: no limit")
+    by_user: dict[str, OwnerCounts] = Field(
+        default_factory=dict, description="Live jobs per user the caller may see"
+    )
+    by_team: dict[str, OwnerCounts] = Field(
+        default_factory=dict, description="Live jobs per team the caller may see"
+    )
 
 
 class JobLogsQuery(RequestModel):

@@ -64,6 +64,9 @@ class Tables:
     artifacts: dict[int, ArtifactRow] = field(default_factory=dict)
     checkpoints: dict[int, CheckpointRow] = field(default_factory=dict)
     multiparts: dict[str, MultipartRow] = field(default_factory=dict)
+    # store_limits' twin: the fleet's setting row (key 1) and limits by team id.
+    concurrency: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    team_limits: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
     last_ids: dict[str, int] = field(default_factory=dict)
 
     def next_id(self, table: str) -> int:

@@ -371,6 +371,28 @@ def _team_budgets(database: pw.Database) -> None:
     migrator.migrate(migrator.add_index("job_attempt", ("ended_at",)))
 
 
+def _concurrency_limits(database: pw.Database) -> None:
+    """Concurrency limits (issue 24): the fleet's in one settings row, a team's on the
+    team. Every database starts unlimited, as before."""
+
+    class ConcurrencySetting(pw.Model):
+        id = pw.IntegerField(primary_key=True)
+        max_concurrent = pw.IntegerField(null=True)
+        user_max_concurrent = pw.IntegerField(null=True)
+        updated_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "concurrency_setting"
+
+    ConcurrencySetting._meta.set_database(database)
+    database.create_tables([ConcurrencySetting], safe=False)
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(
+        migrator.add_column("team", "max_jobs", pw.IntegerField(null=True)),
+        migrator.add_column("team", "max_gpus", pw.IntegerField(null=True)),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -392,6 +414,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "users, teams and memberships; tokens and jobs belong to one", _users_and_teams),
     Migration(11, "job_attempt log_bytes and log_lines_dropped", _attempt_log_quota),
     Migration(12, "team GPU-hour budgets; job_attempt ended_at index", _team_budgets),
+    Migration(
+        13,
+        "concurrency limits: the fleet's setting row, team max_jobs and max_gpus",
+        _concurrency_limits,
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

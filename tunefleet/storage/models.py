@@ -205,11 +205,14 @@ class User(BaseModel):
 
 
 class Team(BaseModel):
-    """Added by migration 10. Never renamed: jobs name their team by `name`."""
+    """Added by migration 10. Never renamed: jobs name their team by `name`. Its
+    concurrency limits (migration 12; None: unlimited) are read by store_limits."""
 
     id = pw.AutoField()
     name = pw.CharField(max_length=64, unique=True)
     created_at = pw.DoubleField()
+    max_jobs = pw.IntegerField(null=True)
+    max_gpus = pw.IntegerField(null=True)
 
     class Meta:
         table_name = "team"
@@ -228,6 +231,19 @@ class TeamMember(BaseModel):
     class Meta:
         table_name = "team_member"
         indexes = ((("user", "team"), True),)
+
+
+class ConcurrencySetting(BaseModel):
+    """Added by migration 12: the fleet's concurrency limits, one row (id 1) once set;
+    None (or no row) is unlimited."""
+
+    id = pw.IntegerField(primary_key=True)
+    max_concurrent = pw.IntegerField(null=True)
+    user_max_concurrent = pw.IntegerField(null=True)
+    updated_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "concurrency_setting"
 
 
 class Job(BaseModel):
@@ -429,6 +445,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     User,
     Team,
     TeamMember,
+    ConcurrencySetting,
     Job,
     JobAttempt,
     TeamBudget,

@@ -34,6 +34,7 @@ from tunefleet.storage.store_artifacts import ArtifactRecords, ArtifactRepo
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
 from tunefleet.storage.store_base import MAX_PAGE, Connector, JobOwner, Now, Viewer
 from tunefleet.storage.store_jobs import JobOrder, JobRepo, LogLineLike
+from tunefleet.storage.store_limits import LimitRecords, LimitRepo
 from tunefleet.storage.store_metrics import MetricRepo
 from tunefleet.storage.store_usage import UsageRecords, UsageRepo
 from tunefleet.storage.store_users import UserRecords, UserRepo
@@ -56,6 +57,7 @@ class Repos:
     artifacts: ArtifactRepo = field(default_factory=lambda: ArtifactRepo(time.time))
     users: UserRepo = field(default_factory=lambda: UserRepo(time.time))
     usage: UsageRepo = field(default_factory=lambda: UsageRepo(time.time))
+    limits: LimitRepo = field(default_factory=lambda: LimitRepo(time.time))
 
 
 class Store:
@@ -72,6 +74,7 @@ class Store:
                 artifacts=ArtifactRepo(now),
                 users=UserRepo(now),
                 usage=UsageRepo(now),
+                limits=LimitRepo(now),
             )
         # Artifact rows have their own facade (store_artifacts); their repo joins `atomically`.
         self.artifacts = ArtifactRecords(db, now, repos.artifacts)
@@ -79,6 +82,8 @@ class Store:
         self.users = UserRecords(db, now, repos.users)
         # Usage read from attempts, and teams' budgets (store_usage).
         self.usage = UsageRecords(db, repos.usage)
+        # Concurrency limits (store_limits): the scheduler's, kept by the fleet once read.
+        self.limits = LimitRecords(db, repos.limits)
         self.repos = repos
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens
