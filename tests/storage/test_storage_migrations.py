@@ -198,7 +198,7 @@ async def test_version_9_database_keeps_its_local_runs_and_gains_owners(
     db = await open_database(db_target.url, db_target.data_dir)
     try:
         store = Store(db)
-        assert await db.read(_version) == LATEST_VERSION == 11
+        assert await db.read(_version) == LATEST_VERSION == 12
         own, iso = await store.get_job("j_own"), await store.get_job("j_iso")
         assert own is not None and iso is not None
         assert (own.local_unisolated, iso.local_unisolated) == (True, False)

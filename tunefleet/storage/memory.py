@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 
+from tunefleet.storage.memory_approvals import MemoryApprovalRuleRepo
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
 from tunefleet.storage.memory_tables import MemoryDatabase
@@ -41,6 +42,7 @@ def memory_store(now: Now = time.time) -> Store:
         metrics=MemoryMetricRepo(tables),
         artifacts=MemoryArtifactRepo(now, tables),
         users=MemoryUserRepo(now, tables),
+        approval_rules=MemoryApprovalRuleRepo(now, tables),
     )
     # What migration 10 leaves in every database: the first admin in the first team.
     repos.users.create_team(FIRST_TEAM)

@@ -348,6 +348,24 @@ def _attempt_log_quota(database: pw.Database) -> None:
     )
 
 
+def _approval_rules(database: pw.Database) -> None:
+    """Admin-defined approval rules, evaluated at submit in id order (issue 24)."""
+
+    class ApprovalRule(pw.Model):
+        id = pw.AutoField()
+        condition = pw.CharField(max_length=32)
+        threshold = pw.TextField(default="")
+        exempt_roles = pw.TextField(default="[]")
+        enabled = pw.BooleanField(default=True)
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "approval_rule"
+
+    ApprovalRule._meta.set_database(database)
+    database.create_tables([ApprovalRule], safe=False)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -368,6 +386,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "job local_unisolated", _job_local_unisolated),
     Migration(10, "users, teams and memberships; tokens and jobs belong to one", _users_and_teams),
     Migration(11, "job_attempt log_bytes and log_lines_dropped", _attempt_log_quota),
+    Migration(12, "approval rules", _approval_rules),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

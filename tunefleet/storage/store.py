@@ -30,6 +30,7 @@ from tunefleet.storage.rows import (
     WorkerRow,
     WorkerTokenRow,
 )
+from tunefleet.storage.store_approvals import ApprovalRuleRecords, ApprovalRuleRepo
 from tunefleet.storage.store_artifacts import ArtifactRecords, ArtifactRepo
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
 from tunefleet.storage.store_base import MAX_PAGE, Connector, JobOwner, Now, Viewer
@@ -54,6 +55,7 @@ class Repos:
     metrics: MetricRepo = field(default_factory=MetricRepo)
     artifacts: ArtifactRepo = field(default_factory=lambda: ArtifactRepo(time.time))
     users: UserRepo = field(default_factory=lambda: UserRepo(time.time))
+    approval_rules: ApprovalRuleRepo = field(default_factory=lambda: ApprovalRuleRepo(time.time))
 
 
 class Store:
@@ -69,11 +71,13 @@ class Store:
                 AuditRepo(now),
                 artifacts=ArtifactRepo(now),
                 users=UserRepo(now),
+                approval_rules=ApprovalRuleRepo(now),
             )
         # Artifact rows have their own facade (store_artifacts); their repo joins `atomically`.
         self.artifacts = ArtifactRecords(db, now, repos.artifacts)
         # Users and teams too (store_users), with what authentication reads kept.
         self.users = UserRecords(db, now, repos.users)
+        self.approval_rules = ApprovalRuleRecords(db, repos.approval_rules)
         self.repos = repos
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens
