@@ -63,6 +63,8 @@ class AuditKind(StrEnum):
     JOB_STATUS = "job.status"
     JOB_REQUEUED = "job.requeued"
     JOB_CANCELLED = "job.cancelled"
+    JOB_APPROVED = "job.approved"
+    JOB_REJECTED = "job.rejected"
     JOB_FAILED = "job.failed"
     JOB_COMPLETED = "job.completed"
     AUTH_FAILED = "auth.failed"

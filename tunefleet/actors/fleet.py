@@ -103,6 +103,8 @@ class Fleet:
         actor = JobActor(self.ctx, rec)
         self.ctx.jobs[rec.job_id] = actor
         self.ctx.system.spawn(actor)
+        if rec.state == JobState.PENDING_APPROVAL:
+            return  # never scheduled until decided: the scheduler does not hear of it
         if rec.state == JobState.PENDING:
             self.ctx.scheduler.tell(m.JobWaiting(actor.pending_view()))
             return
@@ -341,9 +343,13 @@ class Fleet:
 
     # --- queue -------------------------------------------------------------------------
 
-    async def submit(self, rec: JobRecord, actor: str) -> dict[str, Any]:
+    async def submit(
+        self, rec: JobRecord, actor: str, *, held: str | None = None
+    ) -> dict[str, Any]:
+        """Queue (or place) a new job; ``held``: why an approval rule holds it, and then it
+        is stored awaiting approval and the scheduler does not hear of it."""
         rec.job_id = new_job_id()
-        rec.state = JobState.PENDING
+        rec.state = JobState.PENDING if held is None else JobState.PENDING_APPROVAL
         rec.submitted_by = actor
         rec.submitted_at = self.ctx.clock.time()
         if self.ctx.artifacts is not None:
@@ -356,6 +362,12 @@ class Fleet:
             target_kind=rec.target,
         )
         job = JobActor(self.ctx, rec)
+        if held is not None:
+            rec.wait_reason = held
+            rec.seq = await self.ctx.persistence.create_job(rec, event)
+            self._adopt_job(job)
+            self.ctx.hub.publish("job", job_id=rec.job_id, status=rec.state)
+            return _submitted(rec.job_id, rec.state, None, None, held)
         placement = await self._reserve_for_new_job(job)
         if isinstance(placement, WorkerActor):
             # Shielded: a caller gone mid-commit must not leave the job stored and
@@ -441,6 +453,20 @@ class Fleet:
             raise Conflict(f"job {job_id} is already {row[0]}; nothing to cancel")
         why = f"cancelled by {actor}" + (f": {reason}" if reason else "")
         return cast(dict[str, Any], await job.ask(m.CancelJob(why, actor)))
+
+    async def decide_approval(
+        self, job_id: str, actor: str, *, approve: bool, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Approve (it queues in its original place) or reject (it ends cancelled) a job
+        awaiting approval; NotFound, or Conflict when it is not awaiting approval."""
+        job = self.ctx.jobs.get(job_id)
+        if job is None:
+            row = await self.ctx.persistence.job_summary(job_id)
+            if row is None:
+                raise NotFound(f"Job not found: {job_id}")
+            raise Conflict(f"job {job_id} is {row[0]}, not awaiting approval; nothing to decide")
+        decision = m.DecideApproval(approve, actor, reason)
+        return cast(dict[str, Any], await job.ask(decision))
 
     async def position(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
