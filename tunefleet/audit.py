@@ -76,6 +76,8 @@ class AuditKind(StrEnum):
     ARTIFACT_DOWNLOADED = "artifact.downloaded"
     ARTIFACTS_DELETED = "artifacts.deleted"
     USER_CREATED = "user.created"
+    APPROVAL_RULE_ADDED = "approval_rule.added"
+    APPROVAL_RULE_DELETED = "approval_rule.deleted"
     USER_DISABLED = "user.disabled"
     USER_ENABLED = "user.enabled"
     USER_ROLE_SET = "user.role_set"
