@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tunefleet import __version__
+from tunefleet.cli.approvals import approvals
 from tunefleet.cli.audit import audit
 from tunefleet.cli.jobs import jobs
 from tunefleet.cli.server import server
@@ -29,6 +30,7 @@ cli.add_command(tokens)
 cli.add_command(users)
 cli.add_command(teams)
 cli.add_command(audit)
+cli.add_command(approvals)
 
 
 def main() -> None:
