@@ -75,7 +75,9 @@ async def test_a_lead_of_the_team_approves_and_the_job_queues(server: Server) ->
     people, _ = await _with_gpu_rule(server)
     job_id = await submit_as(server, people.alice, gpu_count=8)
     listed = await server.client.get("/api/queue/approvals", headers=people.bob)
-    assert [j["job_id"] for j in (await listed.json())["jobs"]] == [job_id]
+    [waiting] = (await listed.json())["jobs"]
+    assert waiting["job_id"] == job_id
+    assert waiting["wait_reason"].endswith("(rule: more than 4 GPUs)")
     status, data = await _post(server, people.bob, f"/api/queue/{job_id}/approve")
     assert (status, data["status"]) == (200, "pending")
     assert (await server.job(job_id))["status"] == "pending"

@@ -114,7 +114,11 @@ async def list_approvals(request: web.Request) -> web.StreamResponse:
     rows = await request.app[keys.STORE].list_jobs(
         state=JobState.PENDING_APPROVAL, order="seq", limit=_MAX_LISTED
     )
-    mine = [job_summary(row, 0) for row in rows if may_decide(principal, row)]
+    mine = [
+        {**job_summary(row, 0), "wait_reason": row.wait_reason}
+        for row in rows
+        if may_decide(principal, row)
+    ]
     return web.json_response({"jobs": mine, "total": len(mine)})
 
 

@@ -5,12 +5,14 @@ import * as workers from './views/workers.js';
 import * as queue from './views/queue.js';
 import * as job from './views/job.js';
 import * as audit from './views/audit.js';
+import * as approvals from './views/approvals.js';
 
 const ROUTES = [
   { nav: 'workers', pattern: /^\/workers$/, view: workers, title: 'Workers' },
   { nav: 'queue', pattern: /^\/queue$/, view: queue, title: 'Queue' },
   { nav: 'queue', pattern: /^\/jobs\/([\w.:-]+)$/, view: job, title: 'Job' },
   { nav: 'audit', pattern: /^\/audit$/, view: audit, title: 'Audit' },
+  { nav: 'approvals', pattern: /^\/approvals$/, view: approvals, title: 'Approvals' },
 ];
 
 let main = null;
