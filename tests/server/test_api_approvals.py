@@ -65,6 +65,8 @@ async def test_a_matching_submit_waits_with_its_reason_and_an_exempt_role_does_n
     job = await server.job(job_id)
     assert job["status"] == "pending_approval"
     assert job["wait_reason"] == "awaiting approval by a lead of team ml (rule: more than 4 GPUs)"
+    position = await server.ok("GET", f"/api/queue/position/{job_id}")
+    assert (position["position"], position["reason"]) == (None, job["wait_reason"])
     stats = await server.ok("GET", "/api/queue/stats")
     assert (stats["pending_approval"], stats["queue_depth"]) == (1, 0), "held is not queued"
     small = await submit_as(server, people.alice, gpu_count=2)

@@ -476,7 +476,9 @@ class Fleet:
                 raise NotFound(f"Job not found: {job_id}")
             return {"job_id": job_id, "position": None, "status": row[0], "reason": None}
         if job.state != JobState.PENDING:
-            return {"job_id": job_id, "position": None, "status": str(job.state), "reason": None}
+            # A held job is in no queue; its reason says who may release it.
+            held = job.rec.wait_reason if job.state == JobState.PENDING_APPROVAL else None
+            return {"job_id": job_id, "position": None, "status": str(job.state), "reason": held}
         place = await self.ctx.scheduler.ask(m.QueuePlace(job_id))
         position, reason = cast(tuple[int | None, str | None], place)
         return {
