@@ -27,6 +27,8 @@ CONDITIONS: Final[tuple[str, ...]] = get_args(Condition)
 # Conditions whose threshold is a number, and those whose threshold is a glob.
 NUMERIC: Final = frozenset({"gpus_exceed", "daily_jobs_exceed", "gpu_hours_exceed"})
 GLOB: Final = frozenset({"hardware_type", "config_pattern"})
+# Past any real fleet; keeps every threshold a finite number the evaluation can count to.
+MAX_THRESHOLD: Final = 1e9
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,11 @@ def check_rule(condition: str, threshold: str) -> str | None:
             value = float(threshold)
         except ValueError:
             return f"threshold: {condition} needs a number, got {threshold!r}"
-        if not value >= 0:
-            return f"threshold: {condition} needs a number of 0 or more, got {threshold!r}"
+        if not 0 <= value <= MAX_THRESHOLD:  # refuses nan and inf too
+            return (
+                f"threshold: {condition} needs a number from 0 to {MAX_THRESHOLD:.0f}, "
+                f"got {threshold!r}"
+            )
     if condition in GLOB and not threshold:
         return f"threshold: {condition} needs a glob such as 'a100*'"
     return None

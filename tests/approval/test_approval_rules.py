@@ -120,8 +120,9 @@ def test_every_generated_rule_is_valid(rule: ApprovalRule) -> None:
     [
         ("cost_exceeds", "50", "condition: unknown 'cost_exceeds'; use one of"),
         ("gpus_exceed", "four", "threshold: gpus_exceed needs a number, got 'four'"),
-        ("gpu_hours_exceed", "-1", "threshold: gpu_hours_exceed needs a number of 0 or more"),
-        ("gpus_exceed", "nan", "threshold: gpus_exceed needs a number of 0 or more"),
+        ("gpu_hours_exceed", "-1", "threshold: gpu_hours_exceed needs a number from 0 to"),
+        ("gpus_exceed", "nan", "threshold: gpus_exceed needs a number from 0 to"),
+        ("daily_jobs_exceed", "1e400", "threshold: daily_jobs_exceed needs a number from 0 to"),
         ("hardware_type", "", "threshold: hardware_type needs a glob"),
     ],
 )

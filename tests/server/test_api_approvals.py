@@ -37,6 +37,9 @@ async def test_rules_are_added_listed_in_order_and_deleted(server: Server) -> No
     resp = await server.client.delete(f"{RULES}/{first['id']}", headers=server.admin)
     assert resp.status == 404
     assert (await resp.json())["detail"].startswith(f"approval rule not found: {first['id']}")
+    for odd in ("%C2%B2", "99999999999999999999", "x"):  # '²' counts as a digit to str
+        resp = await server.client.delete(f"{RULES}/{odd}", headers=server.admin)
+        assert resp.status == 404, odd
 
 
 async def test_a_bad_rule_is_refused_and_nothing_is_stored(server: Server) -> None:

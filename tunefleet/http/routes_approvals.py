@@ -4,6 +4,8 @@ as a job id."""
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 
 from tunefleet.approval_rules import check_rule, describe
@@ -30,6 +32,7 @@ _RULES_AUTH = "api:admin.users"
 _DECIDE_AUTH = "api:queue.approve"
 # Enough for any real backlog of held jobs; the list is oldest first.
 _MAX_LISTED = 500
+_RULE_ID = re.compile(r"[0-9]{1,9}")
 
 
 def _rule_view(row: ApprovalRuleRow) -> dict[str, object]:
@@ -92,7 +95,8 @@ async def add_rule(request: web.Request) -> web.StreamResponse:
 async def delete_rule(request: web.Request) -> web.StreamResponse:
     raw = request.match_info["rule_id"]
     rules = request.app[keys.STORE].approval_rules
-    if not raw.isdigit() or not await rules.delete_rule(int(raw)):
+    # ASCII digits of a size an id column holds ("²".isdigit() is true; int() refuses it).
+    if not _RULE_ID.fullmatch(raw) or not await rules.delete_rule(int(raw)):
         raise ApiError(
             404, f"approval rule not found: {raw}; list them with GET /api/admin/approval-rules"
         )
