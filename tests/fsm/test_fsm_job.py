@@ -68,6 +68,12 @@ def contract(
     acknowledged (for a lose, the one being lost included): they spend no retry, and
     the bound-th of them fails the job."""
     live = state in ("pending", "dispatched", "running")
+    if event == "approve":
+        return ("pending", attempts) if state == "pending_approval" else None
+    if event == "reject":
+        return ("cancelled", attempts) if state == "pending_approval" else None
+    if event == "cancel":
+        return ("cancelled", attempts) if live or state == "pending_approval" else None
     spent = attempts - undelivered
     if event == "dispatch":
         ok = state == "pending" and spent < max_retries + 1
@@ -239,6 +245,19 @@ def test_dispatch_past_the_limit_is_refused_and_counts_nothing() -> None:
     assert job.facts() == ("pending", 4, 3, 0)
 
 
+def test_only_approval_releases_a_held_job_to_the_queue() -> None:
+    job = Job("pending_approval")
+    assert not JOB_LIFECYCLE.can_fire(job, "dispatch")
+    assert JOB_LIFECYCLE.fire(job, "approve") == "pending"
+    assert JOB_LIFECYCLE.can_fire(job, "dispatch")
+
+
+def test_a_rejected_job_ends_cancelled() -> None:
+    job = Job("pending_approval")
+    assert JOB_LIFECYCLE.fire(job, "reject") == "cancelled"
+    assert job.state in TERMINAL_JOB_STATES
+
+
 def test_cancelling_a_completed_job_names_the_job_and_its_state() -> None:
     job = Job("completed", job_id="j_12")
     with pytest.raises(IllegalTransition, match=r"^job j_12 is completed; cannot cancel it$"):
@@ -248,9 +267,10 @@ def test_cancelling_a_completed_job_names_the_job_and_its_state() -> None:
 class JobLifecycle(RuleBasedStateMachine):
     """One job under random events, legal or not, against the contract."""
 
-    @initialize(max_retries=st.integers(min_value=0, max_value=3))
-    def submit(self, max_retries: int) -> None:
-        self.job = Job(max_retries=max_retries)
+    @initialize(max_retries=st.integers(min_value=0, max_value=3), held=st.booleans())
+    def submit(self, max_retries: int, held: bool) -> None:
+        # held: an approval rule matched at submit, so the job starts awaiting approval.
+        self.job = Job("pending_approval" if held else "pending", max_retries=max_retries)
         self.terminal_at: str | None = None
         self.dispatches = 0
 
@@ -284,6 +304,8 @@ class JobLifecycle(RuleBasedStateMachine):
         assert JOB_LIFECYCLE.fire(self.job, event) == expected[0]
         assert (self.job.state, self.job.attempts) == expected
         self.dispatches += event == "dispatch"
+        if event == "dispatch":
+            assert before[0] != "pending_approval", "a job awaiting approval is never dispatched"
         if self.job.state in TERMINAL_JOB_STATES:
             self.terminal_at = self.job.state
 
@@ -296,6 +318,8 @@ class JobLifecycle(RuleBasedStateMachine):
     @invariant()
     def attempts_stay_within_the_retry_policy(self) -> None:
         assert self.job.attempts == self.dispatches
+        if self.job.state == "pending_approval":
+            assert self.job.attempts == 0, "nothing runs before approval"
         assert 0 <= self.job.attempts - self.job.undelivered <= self.job.max_retries + 1
         assert 0 <= self.job.undelivered <= MAX_UNDELIVERED
         if self.job.undelivered == MAX_UNDELIVERED:
@@ -303,7 +327,7 @@ class JobLifecycle(RuleBasedStateMachine):
 
     @invariant()
     def ends_in_one_terminal_state_or_is_still_live(self) -> None:
-        live = {"pending", "dispatched", "running"}
+        live = {"pending_approval", "pending", "dispatched", "running"}
         assert (self.job.state in live) != (self.job.state in TERMINAL_JOB_STATES)
 
 

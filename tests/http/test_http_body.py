@@ -386,8 +386,8 @@ async def test_repeated_query_parameter_is_a_list(client: TestClient) -> None:
         ("target=cloud", "target: must be 'worker', 'local' or 'auto'"),
         (
             "status=done",
-            "status[0]: must be 'pending', 'dispatched', 'running', 'completed', "
-            "'failed' or 'cancelled'",
+            "status[0]: must be 'pending_approval', 'pending', 'dispatched', 'running', "
+            "'completed', 'failed' or 'cancelled'",
         ),
     ],
 )

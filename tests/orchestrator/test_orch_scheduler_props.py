@@ -1,6 +1,7 @@
 """Property test of scheduling through the real actors: random fleets (labels, GPU
 counts and VRAM, some draining) and random job mixes submitted through Fleet.submit,
 with random acknowledgements, completions, failures, agents stopping jobs on their own,
+approvals and rejections of jobs held at submit (never dispatched while held),
 cancels, losses and returns.
 
 After every step the fleet settles, and then:
@@ -38,6 +39,8 @@ LABEL_PATTERNS = ["a100", "h*", "a1*", "*"]
 NAME_PATTERNS = ["*A100*", "*H100*", "NVIDIA A10"]
 ACTIONS = [
     "submit",
+    "approve",
+    "reject",
     "ack",
     "complete",
     "fail",
@@ -68,6 +71,7 @@ class JobSpec:
     gpu_name: str | None
     priority: int
     max_retries: int
+    held: bool  # an approval rule holds it at submit
 
 
 workers_st = st.builds(
@@ -85,6 +89,7 @@ jobs_st = st.builds(
     gpu_name=st.one_of(st.none(), st.none(), st.sampled_from(NAME_PATTERNS)),
     priority=st.integers(0, 3),
     max_retries=st.integers(0, 2),
+    held=st.sampled_from([False, False, True]),
 )
 steps_st = st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 1000)), max_size=30)
 
@@ -102,6 +107,7 @@ class Sim:
     rank: dict[str, tuple[int, int]] = field(default_factory=dict)  # job → (-priority, seq)
     placed_now: list[tuple[str, str]] = field(default_factory=list)
     stored_dispatched: list[str] = field(default_factory=list)  # placed before 1st write
+    held: set[str] = field(default_factory=set)  # awaiting approval: never dispatched
 
     def pick(self, items: list[FakeAgent], n: int) -> FakeAgent | None:
         return items[n % len(items)] if items else None
@@ -131,6 +137,7 @@ async def _observe(sim: Sim) -> None:
 
 def _check_dispatch(sim: Sim, agent: FakeAgent, job_id: str) -> None:
     worker = sim.harness.worker(agent.worker_id)
+    assert job_id not in sim.held, f"{job_id} was dispatched while awaiting approval"
     assert sim.holding[agent.worker_id] is None, "a job_submit reached a worker holding a job"
     others = [w for w, j in sim.holding.items() if j == job_id]
     assert not others, f"job {job_id} is on {others} and was given to {agent.worker_id}"
@@ -189,7 +196,11 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
             for w in h.ctx.workers.values()
             if w.schedulable and unmet(requirements, w.view()) is None
         ]
-        job_id = str((await h.fleet.submit(rec, actor="prop"))["job_id"])
+        hold = "awaiting approval (prop)" if spec.held else None
+        job_id = str((await h.fleet.submit(rec, actor="prop", held=hold))["job_id"])
+        if spec.held:
+            sim.held.add(job_id)
+            free = []  # held: never placed at submit, whatever fits
         assert (job_id in sim.stored_dispatched) == bool(free), (
             f"{job_id} placed at submit: {job_id in sim.stored_dispatched}; free fits: {free}"
         )
@@ -207,9 +218,14 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
             # "stop": the agent stopped it on its own (shutting down) and says cancelled.
             word = {"complete": "completed", "fail": "failed", "stop": "cancelled"}[action]
             await agent.report(job_id, word)
+    elif action in ("approve", "reject") and sim.held:
+        job_id = sorted(sim.held)[n % len(sim.held)]
+        sim.held.discard(job_id)
+        await h.fleet.decide_approval(job_id, "prop", approve=action == "approve")
     elif action == "cancel" and h.ctx.jobs:
         live = sorted(h.ctx.jobs)
         await h.fleet.cancel(live[n % len(live)], actor="prop")
+        sim.held.discard(live[n % len(live)])
     elif action == "lose" and (agent := sim.pick(online, n)):
         sim.online[agent.worker_id] = False
         sim.holding[agent.worker_id] = None
@@ -263,6 +279,8 @@ async def _scenario(
         # Finish: everyone back, no drains, every held job completed, until nothing moves.
         while queue:
             await _step(sim, "submit", 0, queue)
+        while sim.held:
+            await _step(sim, "approve", 0, queue)
         while not all(sim.online.values()):
             await _step(sim, "return", 0, queue)
         while any(h.worker(a.worker_id).drain_requested for a in agents):

@@ -47,6 +47,7 @@ class Fixture:
             spec.path.replace("{worker_id}", self.owner.worker_id or "")
             .replace("{job_id}", self.job_id)
             .replace("{token_id}", self.token_id)
+            .replace("{rule_id}", "1")
             .replace("{bucket}", "outputs")
             .replace("{key:.+}", "model.bin")
             .replace("{name}", "default" if "/teams/" in spec.path else "admin")

@@ -25,12 +25,14 @@ from storage_testkit import Line, race_to_dispatch
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists, DatabaseClosed
 from tunefleet.storage.memory import memory_store
+from tunefleet.storage.memory_approvals import MemoryApprovalRuleRepo
 from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
 from tunefleet.storage.memory_users import MemoryUsageRepo, MemoryUserRepo
 from tunefleet.storage.rows import TeamRow, UserRow
 from tunefleet.storage.store import Repos, Store
+from tunefleet.storage.store_approvals import ApprovalRuleRepo
 from tunefleet.storage.store_artifacts import ArtifactRepo, ArtifactRow
 from tunefleet.storage.store_audit import AuditRepo
 from tunefleet.storage.store_base import JobOwner, Viewer
@@ -52,6 +54,7 @@ TWINS = [
     (UserRepo, MemoryUserRepo),
     (UsageRepo, MemoryUsageRepo),
     (LimitRepo, MemoryLimitRepo),
+    (ApprovalRuleRepo, MemoryApprovalRuleRepo),
 ]
 
 
@@ -457,3 +460,15 @@ async def test_one_script_gives_the_same_answers_in_memory_and_on_sqlite(tmp_pat
             assert got[0] == "IntegrityError", f"step {number}"  # the messages differ by backend
             continue
         assert _without_reusable_ids(got) == _without_reusable_ids(want), f"step {number}"
+
+
+async def test_approval_rules_keep_their_order_and_delete_by_id(store: Store) -> None:
+    rules = store.approval_rules
+    first = await rules.add_rule("gpus_exceed", "4", ["admin"], True)
+    second = await rules.add_rule("first_job", "", [], False)
+    assert [r.id for r in await rules.rules()] == [first.id, second.id]
+    assert (await rules.rules())[0] == first
+    assert first.exempt_roles == ["admin"] and second.enabled is False
+    assert await rules.delete_rule(first.id)
+    assert not await rules.delete_rule(first.id), "a second delete finds nothing"
+    assert await rules.rules() == [second]

@@ -106,6 +106,8 @@ class Fleet:
         actor = JobActor(self.ctx, rec)
         self.ctx.jobs[rec.job_id] = actor
         self.ctx.system.spawn(actor)
+        if rec.state == JobState.PENDING_APPROVAL:
+            return  # never scheduled until decided: the scheduler does not hear of it
         if rec.state == JobState.PENDING:
             self.ctx.scheduler.tell(m.JobWaiting(actor.pending_view()))
             return
@@ -344,9 +346,13 @@ class Fleet:
 
     # --- queue -------------------------------------------------------------------------
 
-    async def submit(self, rec: JobRecord, actor: str) -> dict[str, Any]:
+    async def submit(
+        self, rec: JobRecord, actor: str, *, held: str | None = None
+    ) -> dict[str, Any]:
+        """Queue (or place) a new job; ``held``: why an approval rule holds it, and then it
+        is stored awaiting approval and the scheduler does not hear of it."""
         rec.job_id = new_job_id()
-        rec.state = JobState.PENDING
+        rec.state = JobState.PENDING if held is None else JobState.PENDING_APPROVAL
         rec.submitted_by = actor
         rec.submitted_at = self.ctx.clock.time()
         if self.ctx.artifacts is not None:
@@ -359,6 +365,12 @@ class Fleet:
             target_kind=rec.target,
         )
         job = JobActor(self.ctx, rec)
+        if held is not None:
+            rec.wait_reason = held
+            rec.seq = await self.ctx.persistence.create_job(rec, event)
+            self._adopt_job(job)
+            self.ctx.hub.publish("job", job_id=rec.job_id, status=rec.state)
+            return _submitted(rec.job_id, rec.state, None, None, held)
         placement = await self._reserve_for_new_job(job)
         if isinstance(placement, WorkerActor):
             # Shielded: a caller gone mid-commit must not leave the job stored and
@@ -456,6 +468,20 @@ class Fleet:
         """GPUs of the workers the scheduler knows now (a team limit above it is warned)."""
         return sum(view.gpu_count for view in self.ctx.scheduler.fleet.values())
 
+    async def decide_approval(
+        self, job_id: str, actor: str, *, approve: bool, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Approve (it queues in its original place) or reject (it ends cancelled) a job
+        awaiting approval; NotFound, or Conflict when it is not awaiting approval."""
+        job = self.ctx.jobs.get(job_id)
+        if job is None:
+            row = await self.ctx.persistence.job_summary(job_id)
+            if row is None:
+                raise NotFound(f"Job not found: {job_id}")
+            raise Conflict(f"job {job_id} is {row[0]}, not awaiting approval; nothing to decide")
+        decision = m.DecideApproval(approve, actor, reason)
+        return cast(dict[str, Any], await job.ask(decision))
+
     async def position(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
         if job is None:
@@ -464,7 +490,9 @@ class Fleet:
                 raise NotFound(f"Job not found: {job_id}")
             return {"job_id": job_id, "position": None, "status": row[0], "reason": None}
         if job.state != JobState.PENDING:
-            return {"job_id": job_id, "position": None, "status": str(job.state), "reason": None}
+            # A held job is in no queue; its reason says who may release it.
+            held = job.rec.wait_reason if job.state == JobState.PENDING_APPROVAL else None
+            return {"job_id": job_id, "position": None, "status": str(job.state), "reason": held}
         place = await self.ctx.scheduler.ask(m.QueuePlace(job_id))
         position, reason = cast(tuple[int | None, str | None], place)
         return {

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tunefleet.actors import messages as m
+from tunefleet.actors.approvals import decide_approval
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.matching import PendingJob
 from tunefleet.actors.progress_merge import MergedProgress, ProgressTooLarge, merge_progress
@@ -77,6 +78,8 @@ class JobActor(JobFsmMixin, Actor):
                 return await self.on_status(message)
             case m.CancelJob(reason=reason, actor=actor):
                 return await self.on_cancel(reason, actor)
+            case m.DecideApproval():
+                return await decide_approval(self, message)
             case m.Snapshot():
                 return self.snapshot()
             case m.DispatchTo(worker_id=worker_id):
@@ -404,7 +407,7 @@ class JobActor(JobFsmMixin, Actor):
         if self.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED):
             raise Conflict(f"job {self.job_id} is already {self.state}; nothing to cancel")
         await self.ctx.audit.record(AuditKind.JOB_CANCELLED, actor=actor, target=self.job_id)
-        if self.state == JobState.PENDING:
+        if self.state in (JobState.PENDING, JobState.PENDING_APPROVAL):
             self.ctx.scheduler.tell(m.JobGone(self.job_id))
             await self._end("cancel", JobState.CANCELLED, reason, self.ctx.clock.time())
             await self._stop_self()

@@ -218,6 +218,15 @@ class CancelJob:
     actor: str
 
 
+@dataclass(frozen=True, slots=True)
+class DecideApproval:
+    """A lead's or an admin's decision on a job awaiting approval; ``reason`` for a reject."""
+
+    approve: bool
+    actor: str
+    reason: str | None = None
+
+
 # --- to the Scheduler -------------------------------------------------------------
 
 

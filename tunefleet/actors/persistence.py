@@ -285,7 +285,7 @@ class Persistence:
 
         def create(repos: Repos) -> int:
             # With the reason it waits, when the scheduler gave one before this write.
-            return _insert_submitted(repos, rec, wait_reason=rec.wait_reason)
+            return _insert_submitted(repos, rec, state=rec.state, wait_reason=rec.wait_reason)
 
         return await self._audited(create, event)
 
@@ -319,6 +319,22 @@ class Persistence:
             return seq
 
         return await self._audited(create, submitted, dispatched)
+
+    async def commit_approval(self, job_id: str, now: float, event: AuditEntry) -> bool:
+        """An approved job joins the queue: its seq and submit time are kept, so it waits
+        in the place it would have had; False when it was no longer awaiting approval."""
+
+        def approve(repos: Repos) -> bool:
+            moved = repos.jobs.cas_state(
+                job_id, JobState.PENDING_APPROVAL, JobState.PENDING, wait_reason=None
+            )
+            if moved:
+                repos.jobs.insert_event(
+                    job_id, "approved", detail={"by": event.fields.get("actor")}, at=now
+                )
+            return moved
+
+        return await self._audited(approve, event)
 
     async def save_wait_reason(self, job_id: str, reason: str) -> None:
         await self.store.update_job(job_id, wait_reason=reason)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from tunefleet.cli.approvals import approve, reject
 from tunefleet.cli.artifacts import artifacts, download
 from tunefleet.cli.client import ApiClient, Connection
 from tunefleet.cli.follow import follow_job, job_path, outcome_exit_code
@@ -53,6 +54,8 @@ jobs.add_command(logs)
 jobs.add_command(metrics)
 jobs.add_command(artifacts)
 jobs.add_command(download)
+jobs.add_command(approve)
+jobs.add_command(reject)
 
 
 def _submit_body(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tunefleet import __version__
+from tunefleet.cli.approvals import approvals
 from tunefleet.cli.audit import audit
 from tunefleet.cli.jobs import jobs
 from tunefleet.cli.limits import queue
@@ -33,6 +34,7 @@ cli.add_command(teams)  # its set-limits comes from cli/limits.py
 cli.add_command(queue)
 cli.add_command(audit)
 cli.add_command(usage)
+cli.add_command(approvals)
 
 
 def main() -> None:

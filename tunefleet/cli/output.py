@@ -28,6 +28,7 @@ STATUS_STYLES: dict[str, str] = {
     WorkerState.CONNECTING: "yellow",
     WorkerState.DRAINING: "yellow",
     WorkerState.OFFLINE: "dim",
+    JobState.PENDING_APPROVAL: "bold yellow",
     JobState.PENDING: "yellow",
     JobState.DISPATCHED: "cyan",
     JobState.RUNNING: "cyan",

@@ -27,6 +27,8 @@ MAX_UNDELIVERED: Final = 5
 
 
 class JobState(StrEnum):
+    # An approval rule matched at submit: never scheduled until a lead or admin decides.
+    PENDING_APPROVAL = "pending_approval"
     PENDING = "pending"  # waiting for a worker
     DISPATCHED = "dispatched"  # given to a worker, not yet acknowledged
     RUNNING = "running"  # the worker's first status report acknowledged it
@@ -38,12 +40,18 @@ class JobState(StrEnum):
 # The states as a type, for wire schemas: pydantic renders a Literal inline in OpenAPI and
 # in its error messages, as the API always has. A test holds it to JobState.
 JobStateName: TypeAlias = Literal[
-    "pending", "dispatched", "running", "completed", "failed", "cancelled"
+    "pending_approval", "pending", "dispatched", "running", "completed", "failed", "cancelled"
 ]
 
 TERMINAL_JOB_STATES: Final = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
 JOB_TRANSITIONS: tuple[dict[str, Any], ...] = (
+    # A lead of its team or an admin approved it: it joins the queue in its original place
+    # (the actor keeps its submit time and sequence).
+    {"trigger": "approve", "source": "pending_approval", "dest": "pending"},
+    # Rejected with a reason: it ends cancelled (the reason is its error), so every view,
+    # count and filter of ended jobs already knows the state.
+    {"trigger": "reject", "source": "pending_approval", "dest": "cancelled"},
     # The scheduler gave it to a worker: one more attempt, while the policy allows one.
     {
         "trigger": "dispatch",
@@ -70,7 +78,11 @@ JOB_TRANSITIONS: tuple[dict[str, Any], ...] = (
         "dest": "failed",
         "unless": "may_requeue",
     },
-    {"trigger": "cancel", "source": ["pending", "dispatched", "running"], "dest": "cancelled"},
+    {
+        "trigger": "cancel",
+        "source": ["pending_approval", "pending", "dispatched", "running"],
+        "dest": "cancelled",
+    },
 )
 
 JOB_LIFECYCLE = Lifecycle("job", JobState, JOB_TRANSITIONS, id_attr="job_id")

@@ -10,6 +10,7 @@ from tunefleet.audit import AuditKind
 from tunefleet.http import (  # noqa: F401 - importing declares their routes
     keys,
     routes_admin,
+    routes_approvals,
     routes_artifacts,
     routes_auth,
     routes_job_artifacts,

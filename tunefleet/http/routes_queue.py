@@ -15,6 +15,7 @@ from tunefleet.actors.records import JobRecord
 from tunefleet.commands import chooses_program
 from tunefleet.fsm.job import JobState
 from tunefleet.http import keys
+from tunefleet.http.approval_access import approval_hold
 from tunefleet.http.auth import QUEUE_COMMAND, require_api
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.budget_check import check_budget, note_budget_warning
@@ -112,7 +113,8 @@ async def submit_job(request: web.Request) -> web.StreamResponse:
         team_name=team,
         local_unisolated=local.local_unisolated,
     )
-    answer = await fleet.submit(rec, actor_name(request))
+    held = await approval_hold(request, principal, rec, fleet.ctx.clock.time())
+    answer = await fleet.submit(rec, actor_name(request), held=held)
     if over_budget is not None and answer.get("job_id"):
         await note_budget_warning(request, answer["job_id"], over_budget, actor_name(request))
         answer["budget_warning"] = over_budget.message()
@@ -227,6 +229,8 @@ async def get_job(request: web.Request) -> web.StreamResponse:
     attempts = await store.list_attempts(job_id)
     events = await store.list_job_events(job_id)
     detail = job_detail(row, attempts, events, request.app[keys.CLOCK].time())
+    if row.state == JobState.PENDING_APPROVAL:
+        detail["wait_reason"] = row.wait_reason
     if row.state == JobState.PENDING:
         position = await fleet_of(request).position(job_id)
         detail["queue_position"] = position["position"]

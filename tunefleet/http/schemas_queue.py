@@ -292,6 +292,7 @@ class WorkerCounts(ResponseModel):
 
 class QueueStatsResponse(ResponseModel):
     queue_depth: int = Field(description="Pending jobs")
+    pending_approval: int = Field(default=0, description="Jobs awaiting approval")
     running: int
     dispatched: int
     completed: int

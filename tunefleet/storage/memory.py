@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 
+from tunefleet.storage.memory_approvals import MemoryApprovalRuleRepo
 from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
@@ -44,6 +45,7 @@ def memory_store(now: Now = time.time) -> Store:
         users=MemoryUserRepo(now, tables),
         usage=MemoryUsageRepo(now, tables),
         limits=MemoryLimitRepo(now, tables),
+        approval_rules=MemoryApprovalRuleRepo(now, tables),
     )
     # What migration 10 leaves in every database: the first admin in the first team.
     repos.users.create_team(FIRST_TEAM)

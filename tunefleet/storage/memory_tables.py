@@ -16,6 +16,7 @@ from tunefleet.storage.database import follow_up
 from tunefleet.storage.errors import DatabaseClosed
 from tunefleet.storage.rows import (
     ApiTokenRow,
+    ApprovalRuleRow,
     AuditEventRow,
     JobAttemptRow,
     JobEventRow,
@@ -54,6 +55,7 @@ class Tables:
     teams: dict[int, TeamRow] = field(default_factory=dict)
     team_members: dict[int, TeamMemberRow] = field(default_factory=dict)
     team_budgets: dict[int, TeamBudgetRow] = field(default_factory=dict)
+    approval_rules: dict[int, ApprovalRuleRow] = field(default_factory=dict)
     jobs: dict[str, JobRow] = field(default_factory=dict)
     attempts: dict[tuple[str, int], JobAttemptRow] = field(default_factory=dict)
     job_events: dict[int, JobEventRow] = field(default_factory=dict)

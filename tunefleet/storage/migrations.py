@@ -393,6 +393,24 @@ def _concurrency_limits(database: pw.Database) -> None:
     )
 
 
+def _approval_rules(database: pw.Database) -> None:
+    """Admin-defined approval rules, evaluated at submit in id order (issue 24)."""
+
+    class ApprovalRule(pw.Model):
+        id = pw.AutoField()
+        condition = pw.CharField(max_length=32)
+        threshold = pw.TextField(default="")
+        exempt_roles = pw.TextField(default="[]")
+        enabled = pw.BooleanField(default=True)
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "approval_rule"
+
+    ApprovalRule._meta.set_database(database)
+    database.create_tables([ApprovalRule], safe=False)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -419,6 +437,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "concurrency limits: the fleet's setting row, team max_jobs and max_gpus",
         _concurrency_limits,
     ),
+    Migration(14, "approval rules", _approval_rules),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

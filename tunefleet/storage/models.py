@@ -458,3 +458,18 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     Checkpoint,
     MultipartUpload,
 )
+
+
+class ApprovalRule(BaseModel):
+    """Added by migration 12: an admin-defined rule that holds matching submits for
+    approval (approval_rules.py evaluates them in id order)."""
+
+    id = pw.AutoField()
+    condition = pw.CharField(max_length=32)
+    threshold = pw.TextField(default="")
+    exempt_roles = JsonField(default=list)
+    enabled = pw.BooleanField(default=True)
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "approval_rule"

@@ -103,6 +103,16 @@ class TeamBudgetRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRuleRow:
+    id: int
+    condition: str
+    threshold: str
+    exempt_roles: list[str]
+    enabled: bool
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class TeamMemberRow:
     id: int
     team_id: int

@@ -30,6 +30,7 @@ from tunefleet.storage.rows import (
     WorkerRow,
     WorkerTokenRow,
 )
+from tunefleet.storage.store_approvals import ApprovalRuleRecords, ApprovalRuleRepo
 from tunefleet.storage.store_artifacts import ArtifactRecords, ArtifactRepo
 from tunefleet.storage.store_audit import GENESIS_HASH, AuditRepo
 from tunefleet.storage.store_base import MAX_PAGE, Connector, JobOwner, Now, Viewer
@@ -58,6 +59,7 @@ class Repos:
     users: UserRepo = field(default_factory=lambda: UserRepo(time.time))
     usage: UsageRepo = field(default_factory=lambda: UsageRepo(time.time))
     limits: LimitRepo = field(default_factory=lambda: LimitRepo(time.time))
+    approval_rules: ApprovalRuleRepo = field(default_factory=lambda: ApprovalRuleRepo(time.time))
 
 
 class Store:
@@ -75,6 +77,7 @@ class Store:
                 users=UserRepo(now),
                 usage=UsageRepo(now),
                 limits=LimitRepo(now),
+                approval_rules=ApprovalRuleRepo(now),
             )
         # Artifact rows have their own facade (store_artifacts); their repo joins `atomically`.
         self.artifacts = ArtifactRecords(db, now, repos.artifacts)
@@ -84,6 +87,7 @@ class Store:
         self.usage = UsageRecords(db, repos.usage)
         # Concurrency limits (store_limits): the scheduler's, kept by the fleet once read.
         self.limits = LimitRecords(db, repos.limits)
+        self.approval_rules = ApprovalRuleRecords(db, repos.approval_rules)
         self.repos = repos
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens

@@ -4,6 +4,7 @@ import { request } from './api.js';
 import { fleet } from './fleet.js';
 import { live } from './live.js';
 import { startRouter, stopRouter } from './router.js';
+import { approvalsCount } from './views/approvals.js';
 import { session } from './session.js';
 
 const $ = (id) => document.getElementById(id);
@@ -26,6 +27,7 @@ function showError(message) {
 
 function showSignIn(reason = '') {
   stopRouter();
+  approvalsCount.stop();
   live.stop();
   fleet.reset();
   app.hidden = true;
@@ -42,6 +44,7 @@ function showApp() {
   passwordInput.value = '';
   showError('');
   live.start();
+  approvalsCount.start();
   startRouter(main);
 }
 

@@ -7,6 +7,7 @@ import * as job from './views/job.js';
 import * as audit from './views/audit.js';
 import * as usage from './views/usage.js';
 import * as users from './views/users.js';
+import * as approvals from './views/approvals.js';
 
 const ROUTES = [
   { nav: 'workers', pattern: /^\/workers$/, view: workers, title: 'Workers' },
@@ -15,6 +16,7 @@ const ROUTES = [
   { nav: 'usage', pattern: /^\/usage$/, view: usage, title: 'Usage' },
   { nav: 'audit', pattern: /^\/audit$/, view: audit, title: 'Audit' },
   { nav: 'users', pattern: /^\/users$/, view: users, title: 'Users & Teams' },
+  { nav: 'approvals', pattern: /^\/approvals$/, view: approvals, title: 'Approvals' },
 ];
 
 let main = null;
