@@ -129,6 +129,7 @@ CREATE TABLE IF NOT EXISTS "job_attempt" ("id" INTEGER NOT NULL PRIMARY KEY,
     FOREIGN KEY ("job_id") REFERENCES "job" ("id") ON DELETE CASCADE);
 CREATE UNIQUE INDEX IF NOT EXISTS "job_attempt_job_id_number"
     ON "job_attempt" ("job_id", "number");
+CREATE INDEX IF NOT EXISTS "job_attempt_ended_at" ON "job_attempt" ("ended_at");
 CREATE TABLE IF NOT EXISTS "job_event" ("id" INTEGER NOT NULL PRIMARY KEY,
     "job_id" VARCHAR(64) NOT NULL, "at" REAL NOT NULL, "kind" VARCHAR(32) NOT NULL,
     "worker_id" VARCHAR(64), "attempt" INTEGER, "detail" TEXT NOT NULL,

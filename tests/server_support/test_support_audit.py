@@ -109,6 +109,12 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "team.budget_set",
         "team.budget_cleared",
         "budget.warning",
+        "queue.concurrency_set",
+        "team.limits_set",
+        "approval_rule.added",
+        "approval_rule.deleted",
+        "job.approved",
+        "job.rejected",
     }
 
 

@@ -52,7 +52,14 @@ def orchestrator(
     tmp_path_factory: pytest.TempPathFactory, ui_configs: Path
 ) -> Iterator[Orchestrator]:
     """One orchestrator for the browser suite; tests use their own uniquely named workers."""
-    orch = Orchestrator(tmp_path_factory.mktemp("ui-data"), ui_configs).start()
+    # Pages whose tokens are revoked or whose users are disabled keep failing to sign in
+    # from 127.0.0.1; the per-address throttle (tested on its own) would then refuse the
+    # next test's sign-in with a password, which no recently good token vouches for.
+    orch = Orchestrator(
+        tmp_path_factory.mktemp("ui-data"),
+        ui_configs,
+        extra_args=["--auth-failures-per-window", "100000"],
+    ).start()
     yield orch
     # Not stop(): a clean stop waits out the shutdown timeout (10 s) while a closed page's
     # /api/events handler is still waiting for its next ping; nothing here tests stopping.
