@@ -113,3 +113,22 @@ async def test_attempts_are_found_by_their_end(db_target: DbTarget) -> None:
     finally:
         await db.close()
     assert ["ended_at"] in [list(index.columns) for index in indexes]
+
+
+async def test_a_budget_is_read_once_for_many_submits_and_again_after_a_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every submit asks its team's budget: kept in memory, not a database read each."""
+    store = memory_store(lambda: T)
+    reads: list[int] = []
+    real = store.usage.repo.budgets
+    monkeypatch.setattr(store.usage.repo, "budgets", lambda: reads.append(1) or real())
+    assert await store.usage.budget("ml") is None
+    for _ in range(5):
+        assert await store.usage.budget("ml") is None
+    assert len(reads) == 1
+    await store.usage.set_budget("ml", 10.0, "day", "block")
+    assert (await store.usage.budget("ml")).gpu_hours == 10.0  # type: ignore[union-attr]
+    await store.usage.clear_budget("ml")
+    assert await store.usage.budget("ml") is None
+    assert len(reads) == 3

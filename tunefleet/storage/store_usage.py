@@ -73,11 +73,16 @@ def _float(value: object) -> float | None:
 
 
 class UsageRecords:
-    """Usage and budgets, awaited from the event loop (one DB read or write each)."""
+    """Usage and budgets, awaited from the event loop. Every submit asks its team's budget
+    and budgets change only here, so they are read once and kept until a write (no read
+    on the database thread per submit)."""
 
     def __init__(self, db: Connector, repo: UsageRepo) -> None:
         self.db = db
         self.repo = repo
+        self._budgets: dict[str, TeamBudgetRow] | None = None
+        # Bumped by each write: a read that overlapped one does not keep what it read.
+        self._writes = 0
 
     async def attempt_spans(self, since: float | None, until: float | None) -> list[AttemptSpan]:
         return await self.db.read(partial(self.repo.attempt_spans, since, until))
@@ -85,13 +90,31 @@ class UsageRecords:
     async def set_budget(
         self, team: str, gpu_hours: float, period: str, action: str
     ) -> TeamBudgetRow:
-        return await self.db.write(partial(self.repo.set_budget, team, gpu_hours, period, action))
+        self._budgets = None
+        try:
+            return await self.db.write(
+                partial(self.repo.set_budget, team, gpu_hours, period, action)
+            )
+        finally:
+            self._budgets = None
+            self._writes += 1
 
     async def clear_budget(self, team: str) -> bool:
-        return await self.db.write(partial(self.repo.clear_budget, team))
+        self._budgets = None
+        try:
+            return await self.db.write(partial(self.repo.clear_budget, team))
+        finally:
+            self._budgets = None
+            self._writes += 1
 
     async def budget(self, team: str) -> TeamBudgetRow | None:
-        return await self.db.read(partial(self.repo.budget, team))
+        if self._budgets is not None:
+            return self._budgets.get(team)
+        writes = self._writes
+        budgets = {row.team_name: row for row in await self.db.read(self.repo.budgets)}
+        if writes == self._writes:
+            self._budgets = budgets
+        return budgets.get(team)
 
     async def budgets(self) -> list[TeamBudgetRow]:
         return await self.db.read(self.repo.budgets)
