@@ -18,6 +18,7 @@ from tunefleet.storage.store_users import (
     UserFacts,
     UserRepo,
     last_admin,
+    loses_an_admin,
     unknown_team,
     unknown_user,
 )
@@ -69,7 +70,7 @@ class MemoryUserRepo(UserRepo):
 
     def set_role(self, name: str, role: str, grants: Sequence[str] | None = None) -> UserRow:
         row = self._user_row(name)
-        if row.role == ADMIN_ROLE and role != ADMIN_ROLE and not row.disabled:
+        if loses_an_admin(row, role=role):
             self._check_other_admin(row, f"making them {role}")
         changes: dict[str, object] = {"role": role, "updated_at": self._now()}
         if grants is not None:
@@ -79,7 +80,7 @@ class MemoryUserRepo(UserRepo):
 
     def set_disabled(self, name: str, disabled: bool) -> UserRow:
         row = self._user_row(name)
-        if disabled and row.role == ADMIN_ROLE and not row.disabled:
+        if loses_an_admin(row, disabled=disabled):
             self._check_other_admin(row, "disabling them")
         changes = {"disabled": disabled, "updated_at": self._now()}
         self._t.users[row.id] = changed_row(row, User, changes)

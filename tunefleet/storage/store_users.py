@@ -56,6 +56,14 @@ def unknown_team(name: str) -> Missing:
     return Missing(f"unknown team: {name}; list teams with GET /api/admin/teams")
 
 
+def loses_an_admin(row: UserRow, *, role: str | None = None, disabled: bool = False) -> bool:
+    """Whether a change (a new ``role``, or disabling) leaves ``row`` no longer an enabled
+    admin: the change the last-admin rule must check first, in both twins alike."""
+    if row.role != ADMIN_ROLE or row.disabled:
+        return False
+    return disabled or (role is not None and role != ADMIN_ROLE)
+
+
 def last_admin(name: str, change: str) -> LastAdmin:
     return LastAdmin(
         f"{name} is the last enabled admin: {change} would leave nobody to administer the "
@@ -113,7 +121,7 @@ class UserRepo:
     def set_role(self, name: str, role: str, grants: Sequence[str] | None = None) -> UserRow:
         """Give ``name`` ``role`` (and ``grants``, when given; None keeps theirs)."""
         row = self._existing(name)
-        if row.role == ADMIN_ROLE and role != ADMIN_ROLE and not row.disabled:
+        if loses_an_admin(row, role=role):
             self._keep_an_admin(row, f"making them {role}")
         values: dict[str, Any] = {"role": role, "updated_at": self._now()}
         if grants is not None:
@@ -123,7 +131,7 @@ class UserRepo:
 
     def set_disabled(self, name: str, disabled: bool) -> UserRow:
         row = self._existing(name)
-        if disabled and row.role == ADMIN_ROLE and not row.disabled:
+        if loses_an_admin(row, disabled=disabled):
             self._keep_an_admin(row, "disabling them")
         User.update(disabled=disabled, updated_at=self._now()).where(User.id == row.id).execute()
         return self._existing(name)
