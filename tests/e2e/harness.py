@@ -198,6 +198,8 @@ class Agent:
     labels: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None  # a relative work_dir is read from here
     extra_args: list[str] = field(default_factory=list)
+    # Added to the environment, e.g. {"TUNEFLEET_FAKE_GPUS": "2"} for GPUs on a CPU machine.
+    extra_env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -209,6 +211,7 @@ class Agent:
             "SIMPLETUNER_WORKER_TOKEN": self.token,
             "SIMPLETUNER_WORKER_NAME": self.name,
             "SIMPLETUNER_HEARTBEAT_INTERVAL": "0.5",
+            **self.extra_env,
         }
         if self.persistent:
             env["SIMPLETUNER_WORKER_PERSISTENT"] = "true"

@@ -195,3 +195,37 @@ def test_delete_is_refused_while_online_and_allowed_once_offline(
         orchestrator.worker(worker_id)
     assert gone.value.status == 404
     wait_until(lambda: agent.process is not None and agent.process.poll() is not None)
+
+
+def test_a_real_agent_on_fake_gpus_registers_them(
+    orchestrator: Orchestrator, agents: list[Agent], tmp_path: Path
+) -> None:
+    created = orchestrator.create_worker("fake-gpus", "persistent")
+    agent = Agent(
+        orchestrator.url,
+        created["token"],
+        tmp_path / "work-fake-gpus",
+        "fake-gpus",
+        persistent=True,
+        extra_env={"TUNEFLEET_FAKE_GPUS": "2xNVIDIA H100 80GB HBM3:80"},
+    ).start()
+    agents.append(agent)
+    worker = orchestrator.wait_worker(created["worker_id"], "idle")
+    assert worker["gpu_count"] == 2, worker
+    assert worker["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    assert "tests and demos only" in agent.log()
+
+
+def test_a_malformed_fake_gpu_spec_stops_the_agent_with_the_form(
+    orchestrator: Orchestrator, tmp_path: Path
+) -> None:
+    created = orchestrator.create_worker("bad-fake", "persistent")
+    agent = Agent(
+        orchestrator.url,
+        created["token"],
+        tmp_path / "work-bad-fake",
+        "bad-fake",
+        extra_env={"TUNEFLEET_FAKE_GPUS": "lots"},
+    ).start()
+    assert agent.wait_exit(timeout_s=30) == 1
+    assert "COUNTxNAME" in agent.log()

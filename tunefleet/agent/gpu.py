@@ -9,7 +9,8 @@ cannot see its GPUs must still be able to register and run CPU jobs.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -216,3 +217,16 @@ class GpuProbe:
             if memory_used is not None:
                 memory_used = None if memory is None else [*memory_used, _gib(memory.used)]
         return GpuSample(utilization or [], memory_used or [])
+
+
+def probe_from_environment(environ: Mapping[str, str] | None = None) -> GpuProbe:
+    """The real NVML, or the fake one TUNEFLEET_FAKE_GPUS describes (tests and demos only:
+    tunefleet/agent/fake_nvml.py). A malformed value raises FakeGpuSpecError."""
+    from tunefleet.agent.fake_nvml import ENV_FAKE_GPUS, FAKE_GPUS_WARNING, parse_fake_gpus
+
+    spec = (os.environ if environ is None else environ).get(ENV_FAKE_GPUS, "").strip()
+    if not spec:
+        return GpuProbe()
+    nvml = parse_fake_gpus(spec)
+    log.warning(FAKE_GPUS_WARNING, gpus=len(nvml.gpus))
+    return GpuProbe(nvml=nvml)

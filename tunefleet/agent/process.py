@@ -10,7 +10,7 @@ import structlog
 
 from tunefleet.agent.agent import Agent
 from tunefleet.agent.executor import JobExecutor
-from tunefleet.agent.gpu import GpuProbe
+from tunefleet.agent.gpu import probe_from_environment
 from tunefleet.agent.settings import AgentSettings
 
 log = structlog.get_logger(__name__)
@@ -18,7 +18,7 @@ log = structlog.get_logger(__name__)
 
 async def run_worker(settings: AgentSettings) -> None:
     """The `tunefleet worker` process: real executor and GPUs, signals wired to a clean stop."""
-    probe = GpuProbe()
+    probe = probe_from_environment()
     executor = JobExecutor(
         settings.work_dir,
         list(settings.train_command),

@@ -20,7 +20,7 @@ from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.events import EventHub
 from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
-from tunefleet.agent.gpu import GpuProbe
+from tunefleet.agent.gpu import GpuProbe, probe_from_environment
 from tunefleet.artifacts.backends import open_store
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.audit import AuditLog
@@ -280,7 +280,7 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     )
     artifacts.start_tidying()
     app[keys.ARTIFACTS] = artifacts
-    probe = GpuProbe()
+    probe = probe_from_environment()
     inventory = probe.inventory()
     local = local_worker_record(inventory, clock.time()) if settings.local_runner else None
     fleet.limits = await store.limits.limits()  # the scheduler starts under them
