@@ -198,3 +198,19 @@ def test_what_a_summary_keeps_of_the_attempts_is_bounded() -> None:
 )
 def test_clients_are_counted_by_address_and_ipv6_by_its_64(remote: str | None, key: str) -> None:
     assert client_key(remote) == key
+
+
+def test_lookups_in_flight_count_against_the_budget_until_they_end() -> None:
+    throttle, _, _ = make(limit=3)
+    fail(throttle)  # the window is open: 2 more may be looked up
+    with throttle.lookup(ATTACKER), throttle.lookup(ATTACKER):
+        assert throttle.wait_s(ATTACKER, "h_guess") > 0  # 1 failed + 2 under way
+        assert throttle.wait_s(NEIGHBOUR, "h_guess") == 0
+    assert throttle.wait_s(ATTACKER, "h_guess") == 0  # both ended without failing
+
+
+def test_a_new_address_is_never_refused_for_lookups_alone() -> None:
+    """A CI runner's burst of first requests with a good token has failed nothing."""
+    throttle, _, _ = make(limit=1)
+    with throttle.lookup(ATTACKER), throttle.lookup(ATTACKER):
+        assert throttle.wait_s(ATTACKER, "h_new") == 0

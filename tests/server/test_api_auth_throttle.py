@@ -9,6 +9,7 @@ window's first failure of each kind and one summary of the rest.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -84,6 +85,27 @@ async def test_throttled_guesses_are_not_looked_up(server: Any) -> None:
     server.store.api_token_by_hash = counted
     assert await _guess_api(server, 10) == [429] * 10
     assert lookups == 0
+
+
+async def test_concurrent_guesses_cannot_overshoot_the_budget(server: Any) -> None:
+    """Lookups under way count against the budget: before, 60 guesses sent at once after a
+    first failure were all looked up (and all 401) because none had failed yet."""
+    assert await _guess_api(server, 1) == [401]  # the address's window is open
+    original = server.store.api_token_by_hash
+
+    async def slow(token_hash: str) -> Any:
+        await asyncio.sleep(0.05)  # every guess is in flight at once
+        return await original(token_hash)
+
+    server.store.api_token_by_hash = slow
+    statuses = await asyncio.gather(
+        *(
+            server.client.get("/api/queue", headers=server.bearer(new_api_token()))
+            for _ in range(60)
+        )
+    )
+    codes = sorted(resp.status for resp in statuses)
+    assert codes == [401] * (BUDGET - 1) + [429] * (60 - BUDGET + 1)
 
 
 async def test_a_valid_token_not_seen_lately_waits_like_a_guess(server: Any) -> None:

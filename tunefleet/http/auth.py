@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, NoReturn, Protocol
 
@@ -265,6 +266,15 @@ def admit_credential(request: web.Request, kind: AuthKind, credential_hash: str 
         refuse_throttled(request, kind, wait_s)
 
 
+def lookup_counted(request: web.Request) -> AbstractContextManager[None]:
+    """Around an awaited credential lookup: it counts against the address's failed
+    sign-ins while it runs, so concurrent guesses cannot overshoot the budget."""
+    throttle = throttle_of(request)
+    if throttle is None:
+        return nullcontext()
+    return throttle.lookup(client_key(request.remote))
+
+
 def credential_good(request: web.Request, credential_hash: str) -> None:
     """A credential that authenticated: it keeps passing while its address is throttled."""
     throttle = throttle_of(request)
@@ -342,7 +352,8 @@ async def _authenticate_api(request: web.Request) -> ApiPrincipal:
     principal = None
     if token_hash is not None:
         try:
-            principal = await _authenticator(request).resolve_api(token_hash)
+            with lookup_counted(request):
+                principal = await _authenticator(request).resolve_api(token_hash)
         except UserDisabled as disabled:
             # Refused like a revoked token: counted against the address, recorded once
             # a window.
@@ -381,7 +392,8 @@ async def _authenticate_session(request: web.Request, session_id: str) -> ApiPri
     principal = None
     if session is not None and resolver is not None:
         try:
-            principal = await resolver(session)
+            with lookup_counted(request):
+                principal = await resolver(session)
         except UserDisabled as disabled:
             if sessions is not None:
                 sessions.revoke_user(session.user_id)

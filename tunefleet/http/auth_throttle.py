@@ -20,8 +20,10 @@ evicted to make room, and at shutdown: no failure goes unrecorded.
 
 Worker tokens are resolved in memory, so a known worker token passes even a throttled
 address (auth.authenticate_worker): a worker behind a guesser's NAT keeps its place,
-even after a restart. A budget can be overshot by the lookups already in flight when it
-runs out (at most the client's concurrent requests).
+even after a restart. Lookups still in flight count against the budget as if they had
+failed (``lookup``), so a client with many concurrent requests cannot overshoot it once
+its address has failed: only the burst that is already in flight at its very first
+failure can, because a new address is never refused before it has failed.
 
 Memory is bounded: at most ``max_addresses`` windows (the oldest closes to make room) and
 ``good_kept`` recently good credential hashes (least recently used forgotten).
@@ -32,7 +34,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -133,6 +136,8 @@ class AuthThrottle:
         self._windows: OrderedDict[str, FailureWindow] = OrderedDict()
         self._good: OrderedDict[str, None] = OrderedDict()
         self._timer: Timer | None = None
+        # Credential lookups under way, per address: each may yet fail.
+        self._in_flight: dict[str, int] = {}
 
     def wait_s(self, address: str, credential_hash: str | None) -> float:
         """0 when the credential may be looked up; otherwise the seconds until the address
@@ -144,11 +149,27 @@ class AuthThrottle:
         if now >= window.closes_at:
             self._close(address)
             return 0.0
-        if not self.failures_per_window or window.failures < self.failures_per_window:
+        budget = self.failures_per_window
+        if not budget or window.failures + self._in_flight.get(address, 0) < budget:
             return 0.0
         if credential_hash is not None and credential_hash in self._good:
             return 0.0
         return window.closes_at - now
+
+    @contextmanager
+    def lookup(self, address: str) -> Iterator[None]:
+        """Around a credential's lookup once ``wait_s`` let it through: while it runs it
+        counts against its address's budget."""
+        in_flight = self._in_flight
+        in_flight[address] = in_flight.get(address, 0) + 1
+        try:
+            yield
+        finally:
+            left = in_flight[address] - 1
+            if left:
+                in_flight[address] = left
+            else:
+                del in_flight[address]
 
     def refused_unchecked(self, address: str, kind: str, target: str) -> None:
         """Count a 429 in the address's window (which ``wait_s`` found open)."""
