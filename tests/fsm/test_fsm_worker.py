@@ -21,8 +21,9 @@ from tunefleet.fsm import (
 
 STATES = [state.value for state in WorkerState]
 EVENTS = sorted({row["trigger"] for row in WORKER_TRANSITIONS})
-# Every combination of the facts the guards read: (drain_requested, current_job_id).
-WORLDS = list(itertools.product([False, True], [None, "j_7"]))
+# Every combination of the facts the guards read: (drain_requested, current_job_id,
+# quarantined).
+WORLDS = list(itertools.product([False, True], [None, "j_7"], [False, True]))
 
 
 class Worker(WorkerFsmMixin):
@@ -32,19 +33,36 @@ class Worker(WorkerFsmMixin):
         drain_requested: bool = False,
         current_job_id: str | None = None,
         worker_id: str = "w_1",
+        quarantined: bool = False,
     ) -> None:
         self.worker_id = worker_id
         self.state = state
         self.drain_requested = drain_requested
         self.current_job_id = current_job_id
+        self.quarantined = quarantined
 
-    def facts(self) -> tuple[str, bool, str | None]:
-        return (self.state, self.drain_requested, self.current_job_id)
+    def facts(self) -> tuple[str, bool, str | None, bool]:
+        return (self.state, self.drain_requested, self.current_job_id, self.quarantined)
 
 
-def contract(state: str, event: str, drain: bool, job: str | None) -> tuple[str, bool] | None:
-    """The contract's prose, written independently of the table: (new state, drain flag)
-    or None when the event is illegal."""
+def contract(
+    state: str, event: str, drain: bool, job: str | None, quarantined: bool = False
+) -> tuple[str, bool, bool] | None:
+    """The contract's prose, written independently of the table: (new state, drain flag,
+    quarantine flag) or None when the event is illegal."""
+    if event == "quarantine":
+        return None if quarantined else (state, drain, True)
+    if event == "unquarantine":
+        return (state, drain, False) if quarantined else None
+    if event == "assign" and quarantined:
+        return None  # no job is ever dispatched to a quarantined worker
+    moved = _contract_before_quarantine(state, event, drain, job)
+    return None if moved is None else (*moved, quarantined)
+
+
+def _contract_before_quarantine(
+    state: str, event: str, drain: bool, job: str | None
+) -> tuple[str, bool] | None:
     if event == "register":
         return ("draining" if drain else "busy" if job else "idle", drain)
     if event == "assign":
@@ -93,8 +111,8 @@ def test_each_row_moves_to_its_destination_whenever_its_guards_pass(
 ) -> None:
     row = WORKER_TRANSITIONS[index]
     fired = 0
-    for drain, job in WORLDS:
-        worker = Worker(source, drain, job)
+    for drain, job, quarantined in WORLDS:
+        worker = Worker(source, drain, job, quarantined=quarantined)
         if not _row_applies(row, worker):
             continue
         assert WORKER_LIFECYCLE.can_fire(worker, row["trigger"])
@@ -107,8 +125,8 @@ def test_each_row_moves_to_its_destination_whenever_its_guards_pass(
 
 @pytest.mark.parametrize(("state", "event"), ILLEGAL)
 def test_every_event_outside_the_table_is_illegal(state: str, event: str) -> None:
-    for drain, job in WORLDS:
-        worker = Worker(state, drain, job, worker_id="w_42")
+    for drain, job, quarantined in WORLDS:
+        worker = Worker(state, drain, job, worker_id="w_42", quarantined=quarantined)
         assert not WORKER_LIFECYCLE.can_fire(worker, event)
         with pytest.raises(IllegalTransition) as caught:
             WORKER_LIFECYCLE.fire(worker, event)
@@ -120,13 +138,13 @@ def test_every_event_outside_the_table_is_illegal(state: str, event: str) -> Non
             event,
         )
         assert str(error) == f"worker w_42 is {state}; cannot {event} it"
-        assert worker.facts() == (state, drain, job), "a refused event changes nothing"
+        assert worker.facts() == (state, drain, job, quarantined), "a refused event changes nothing"
 
 
 @pytest.mark.parametrize(("state", "event"), sorted(ALLOWED))
 def test_at_most_one_row_applies_so_row_order_does_not_matter(state: str, event: str) -> None:
-    for drain, job in WORLDS:
-        worker = Worker(state, drain, job)
+    for drain, job, quarantined in WORLDS:
+        worker = Worker(state, drain, job, quarantined=quarantined)
         rows = [
             row
             for row in WORKER_TRANSITIONS
@@ -139,16 +157,16 @@ def test_at_most_one_row_applies_so_row_order_does_not_matter(state: str, event:
 
 @pytest.mark.parametrize(("state", "event"), list(itertools.product(STATES, EVENTS)))
 def test_the_table_does_what_the_contract_says(state: str, event: str) -> None:
-    for drain, job in WORLDS:
-        worker = Worker(state, drain, job)
-        expected = contract(state, event, drain, job)
+    for drain, job, quarantined in WORLDS:
+        worker = Worker(state, drain, job, quarantined=quarantined)
+        expected = contract(state, event, drain, job, quarantined)
         if expected is None:
             with pytest.raises(IllegalTransition):
                 WORKER_LIFECYCLE.fire(worker, event)
-            assert worker.facts() == (state, drain, job)
+            assert worker.facts() == (state, drain, job, quarantined)
         else:
             assert WORKER_LIFECYCLE.fire(worker, event) == expected[0]
-            assert (worker.state, worker.drain_requested) == expected
+            assert (worker.state, worker.drain_requested, worker.quarantined) == expected
             assert worker.current_job_id == job
 
 
@@ -188,8 +206,9 @@ def test_resume_from_idle_is_refused_with_a_clear_message() -> None:
 
 
 def test_events_from_lists_what_the_table_allows() -> None:
-    assert WORKER_LIFECYCLE.events_from("offline") == {"register", "drain", "resume"}
-    assert WORKER_LIFECYCLE.events_from("idle") == {"register", "assign", "drain", "lose"}
+    flag = {"quarantine", "unquarantine"}
+    assert WORKER_LIFECYCLE.events_from("offline") == {"register", "drain", "resume"} | flag
+    assert WORKER_LIFECYCLE.events_from("idle") == {"register", "assign", "drain", "lose"} | flag
     for state in STATES:
         assert WORKER_LIFECYCLE.events_from(state) == {e for s, e in ALLOWED if s == state}
 
@@ -201,10 +220,11 @@ class WorkerLifecycle(RuleBasedStateMachine):
     def create(self, state: str) -> None:
         self.worker = Worker(state)
         self.drain_expected = False
+        self.quarantine_expected = False
 
     def _fire(self, event: str) -> None:
         before = self.worker.facts()
-        expected = contract(before[0], event, before[1], before[2])
+        expected = contract(*before[:1], event, *before[1:])
         assert WORKER_LIFECYCLE.can_fire(self.worker, event) == (expected is not None)
         if expected is None:
             with pytest.raises(IllegalTransition):
@@ -212,7 +232,19 @@ class WorkerLifecycle(RuleBasedStateMachine):
             assert self.worker.facts() == before
             return
         assert WORKER_LIFECYCLE.fire(self.worker, event) == expected[0]
-        assert (self.worker.state, self.worker.drain_requested) == expected
+        assert (self.worker.state, self.worker.drain_requested, self.worker.quarantined) == (
+            expected
+        )
+
+    @rule()
+    def quarantine(self) -> None:
+        self._fire("quarantine")
+        self.quarantine_expected = True
+
+    @rule()
+    def unquarantine(self) -> None:
+        self._fire("unquarantine")
+        self.quarantine_expected = False
 
     @rule(job=st.sampled_from([None, "j_1"]))
     def register(self, job: str | None) -> None:
@@ -222,7 +254,7 @@ class WorkerLifecycle(RuleBasedStateMachine):
 
     @rule()
     def assign(self) -> None:
-        was_idle = self.worker.state == "idle"
+        was_idle = self.worker.state == "idle" and not self.worker.quarantined
         self._fire("assign")
         if was_idle:
             self.worker.current_job_id = "j_2"
@@ -257,8 +289,12 @@ class WorkerLifecycle(RuleBasedStateMachine):
         assert self.worker.drain_requested == self.drain_expected
 
     @invariant()
+    def quarantine_is_sticky(self) -> None:
+        assert self.worker.quarantined == self.quarantine_expected
+
+    @invariant()
     def state_agrees_with_its_facts(self) -> None:
-        state, drain, job = self.worker.facts()
+        state, drain, job, _ = self.worker.facts()
         assert state in STATES
         if state in ("idle", "busy"):
             assert not drain, "an idle or busy worker has no drain pending"

@@ -10,6 +10,13 @@ against ``max_retries``, since the job never started. SimpleTuner's agent drops 
 ``job_submit`` that races its own completion report, and the job must not pay for that.
 So that an agent which takes jobs and never acknowledges one cannot bounce a job
 forever, the job fails at its ``MAX_UNDELIVERED``-th undelivered dispatch.
+
+An attempt that failed for infrastructure reasons (its worker lost, OOM-killed, CUDA,
+NCCL or Xid errors, a GPU gone, the disk full: tunefleet/failure_kinds.py) is counted in
+``infra_failures``, not against ``max_retries``: it has its own budget,
+``infra_retries`` (the server's --infra-retries). A job error (the trainer failed on
+its own) spends a retry; actors/retry_policy.py fails a job at once whose error repeats
+on a second worker.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ DEFAULT_MAX_RETRIES: Final = 3
 # have in all: the last one fails it. A few cover a racing or reconnecting agent; more
 # means its workers' agents take jobs and never report on them.
 MAX_UNDELIVERED: Final = 5
+# Infrastructure failures a job may be retried after (the last one past it fails it).
+DEFAULT_INFRA_RETRIES: Final = 5
 
 
 class JobState(StrEnum):
@@ -64,8 +73,10 @@ JOB_TRANSITIONS: tuple[dict[str, Any], ...] = (
     {"trigger": "start", "source": "dispatched", "dest": "running"},
     {"trigger": "complete", "source": "running", "dest": "completed"},
     {"trigger": "fail", "source": ["pending", "dispatched", "running"], "dest": "failed"},
-    # The worker was lost or never acknowledged: back to the queue while retries (and,
-    # for an undelivered dispatch, deliveries) remain, else fail.
+    # The attempt is lost to the job: its worker was lost or never acknowledged, or it
+    # failed and may be retried. Back to the queue while its budget remains (retries;
+    # for an undelivered dispatch deliveries; for an infrastructure failure infra
+    # retries), else fail.
     {
         "trigger": "lose",
         "source": ["dispatched", "running"],
@@ -97,21 +108,29 @@ class JobFsmMixin:
     attempts: int
     max_retries: int
     undelivered: int = 0  # dispatches never acknowledged (not retries), this one included
+    infra_failures: int = 0  # attempts ended by infrastructure (not retries), this one included
+    infra_retries: int = DEFAULT_INFRA_RETRIES
 
     # --- guards -----------------------------------------------------------------------
 
     def retries_left(self) -> bool:
-        """Whether another attempt is allowed (attempts counts the dispatches so far)."""
-        return self.attempts - self.undelivered <= self.max_retries
+        """Whether another attempt is allowed (attempts counts the dispatches so far;
+        undelivered ones and infrastructure failures spend no retry)."""
+        return self.attempts - self.undelivered - self.infra_failures <= self.max_retries
+
+    def infra_retries_left(self) -> bool:
+        """Whether the infrastructure failures so far stay within their own budget."""
+        return self.infra_failures <= self.infra_retries
 
     def deliveries_left(self) -> bool:
         """Whether the undelivered dispatches so far stay under the bound."""
         return self.undelivered < MAX_UNDELIVERED
 
     def may_requeue(self) -> bool:
-        """Whether a lost or undelivered attempt goes back to the queue (the caller counts
-        an undelivered one in ``undelivered`` first)."""
-        return self.retries_left() and self.deliveries_left()
+        """Whether a lost, undelivered or failed attempt goes back to the queue (the caller
+        counts an undelivered one in ``undelivered``, an infrastructure failure in
+        ``infra_failures``, first)."""
+        return self.retries_left() and self.deliveries_left() and self.infra_retries_left()
 
     # --- effects: only the model's own counter, no I/O ---------------------------------
 

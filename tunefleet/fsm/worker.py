@@ -2,7 +2,10 @@
 
 A drain is sticky: ``drain`` sets ``drain_requested`` from any state (even while the
 worker is offline), a reconnecting worker comes back ``draining``, and only ``resume``
-clears it. The FSM never touches ``current_job_id``: the owning actor sets it when it
+clears it. A quarantine is sticky the same way: ``quarantine`` sets ``quarantined`` from
+any state, keeping the state (the worker keeps its current job and its stream), and
+only ``unquarantine`` clears it; ``assign`` refuses a quarantined worker, so no job is
+ever dispatched to one. The FSM never touches ``current_job_id``: the owning actor sets it when it
 assigns a job and clears it when the job is released.
 """
 
@@ -49,8 +52,9 @@ WORKER_TRANSITIONS: tuple[dict[str, Any], ...] = (
         "dest": "idle",
         "unless": ["is_drain_requested", "has_job"],
     },
-    # Only the scheduler assigns; the actor records current_job_id right after.
-    {"trigger": "assign", "source": "idle", "dest": "busy"},
+    # Only the scheduler assigns; the actor records current_job_id right after. Never to
+    # a quarantined worker.
+    {"trigger": "assign", "source": "idle", "dest": "busy", "unless": "is_quarantined"},
     # The job ended; a draining worker stays draining (an ephemeral one then leaves).
     {"trigger": "release", "source": "busy", "dest": "idle"},
     {"trigger": "release", "source": "draining", "dest": "draining"},
@@ -80,6 +84,29 @@ WORKER_TRANSITIONS: tuple[dict[str, Any], ...] = (
     },
     {"trigger": "resume", "source": "connecting", "dest": "connecting", "before": "clear_drain"},
     {"trigger": "resume", "source": "offline", "dest": "offline", "before": "clear_drain"},
+    # A bad machine (automatically: actors/quarantine_policy.py; or by an admin) takes no
+    # new job; its current one finishes and it stays connected. Once only.
+    *(
+        {
+            "trigger": "quarantine",
+            "source": state,
+            "dest": state,
+            "unless": "is_quarantined",
+            "before": "set_quarantine",
+        }
+        for state in _EVERY_STATE
+    ),
+    # An admin releases it: it takes jobs again (a draining one stays draining).
+    *(
+        {
+            "trigger": "unquarantine",
+            "source": state,
+            "dest": state,
+            "conditions": "is_quarantined",
+            "before": "clear_quarantine",
+        }
+        for state in _EVERY_STATE
+    ),
     # Heartbeat timeout, disconnect, or never connected in time.
     {"trigger": "lose", "source": ["connecting", "idle", "busy", "draining"], "dest": "offline"},
 )
@@ -95,6 +122,7 @@ class WorkerFsmMixin:
     state: str
     drain_requested: bool
     current_job_id: str | None
+    quarantined: bool = False
 
     # --- guards -----------------------------------------------------------------------
 
@@ -104,6 +132,9 @@ class WorkerFsmMixin:
     def has_job(self) -> bool:
         return self.current_job_id is not None
 
+    def is_quarantined(self) -> bool:
+        return self.quarantined
+
     # --- effects: only the model's own drain flag, no I/O --------------------------------
 
     def request_drain(self) -> None:
@@ -111,3 +142,9 @@ class WorkerFsmMixin:
 
     def clear_drain(self) -> None:
         self.drain_requested = False
+
+    def set_quarantine(self) -> None:
+        self.quarantined = True
+
+    def clear_quarantine(self) -> None:
+        self.quarantined = False
