@@ -55,6 +55,9 @@ class AuditKind(StrEnum):
     WORKER_DELETED = "worker.deleted"
     WORKER_DRAINED = "worker.drained"
     WORKER_RESUMED = "worker.resumed"
+    # A bad machine takes no new job: automatically (actor "orchestrator") or by hand.
+    WORKER_QUARANTINED = "worker.quarantined"
+    WORKER_RELEASED = "worker.released"
     WORKER_TOKEN_ROTATED = "worker.token_rotated"
     WORKER_DISCONNECTED = "worker.disconnected"
     WORKER_OFFLINE = "worker.offline"

@@ -65,6 +65,27 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.attempt_failures = Counter(
+            "attempt_failures",
+            "Attempts that ended without completing, by kind (job_error, infrastructure, "
+            "timeout, cancelled, preempted, undelivered).",
+            ["kind"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.quarantines = Counter(
+            "worker_quarantines",
+            "Workers quarantined, by how (automatic, manual).",
+            ["how"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.workers_quarantined = Gauge(
+            "workers_quarantined",
+            "Workers quarantined now (taking no new job).",
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.jobs_finished = Counter(
             "jobs_finished",
             "Jobs that reached a terminal state, by outcome.",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tunefleet.actors.quarantine_policy import QuarantineRule
+from tunefleet.fsm.job import DEFAULT_INFRA_RETRIES
 from tunefleet.limits import Limits
 
 if TYPE_CHECKING:
@@ -34,6 +36,10 @@ class FleetSettings:
     never_connected_timeout_s: float = 600.0
     ephemeral_retention_s: float = 3600.0
     default_max_retries: int = 3
+    # Infrastructure failures a job is retried after, apart from its max_retries.
+    infra_retries: int = DEFAULT_INFRA_RETRIES
+    # When a worker is quarantined automatically (actors/quarantine_policy.py).
+    quarantine: QuarantineRule = field(default_factory=QuarantineRule)
     ping_interval_s: float = 15.0
     # How long a worker stays unschedulable after its final report, if the response
     # to that report is never confirmed written (see ReportWritten).

@@ -316,6 +316,20 @@ class Fleet:
         await self.ctx.audit.record(AuditKind.WORKER_RESUMED, actor=actor, target=worker_id)
         return snapshot
 
+    async def quarantine(
+        self, worker_id: str, reason: str, actor: str = "orchestrator"
+    ) -> dict[str, Any]:
+        """Take no new job on ``worker_id`` (a bad machine), keeping its current one; the
+        one seam for every rule that finds a machine bad (failures here, GPU health).
+        Audited and counted by the worker actor; 409 if it already is quarantined."""
+        return cast(
+            dict[str, Any], await self.worker(worker_id).ask(m.Quarantine(reason, actor))
+        )
+
+    async def release_quarantine(self, worker_id: str, actor: str) -> dict[str, Any]:
+        """The worker takes jobs again; 409 if it is not quarantined."""
+        return cast(dict[str, Any], await self.worker(worker_id).ask(m.Unquarantine(actor)))
+
     async def rotate_token(self, worker_id: str, token_hash: str, actor: str) -> None:
         worker = self.worker(worker_id)
         if worker.rec.is_local:

@@ -118,6 +118,38 @@ class Resume:
 
 
 @dataclass(frozen=True, slots=True)
+class Quarantine:
+    """Take no new job: ``actor`` is who decided (an admin, or "orchestrator")."""
+
+    reason: str
+    actor: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unquarantine:
+    actor: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    """An attempt of ``job_id`` ended on this worker: ``kind`` None when it completed
+    (fsm/failure_kinds.py). The worker's quarantine policy counts it."""
+
+    job_id: str
+    kind: str | None
+    signature: str | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SucceededElsewhere:
+    """A job that failed on this worker completed on another: the failure was this
+    worker's after all."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TokenRotated:
     """The old token is gone: close its open stream."""
 

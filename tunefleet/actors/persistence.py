@@ -79,6 +79,8 @@ def worker_record(row: WorkerRow) -> WorkerRecord:
         offline_at=row.offline_at,
         created_at=row.created_at,
         agent_name=row.agent_name,
+        quarantine_reason=row.quarantine_reason,
+        quarantined_at=row.quarantined_at,
     )
 
 

@@ -53,6 +53,9 @@ class WorkerRecord:
     # From the agent's last registration (not stored: it says again when it reconnects).
     allowed_commands: tuple[str, ...] | None = None
     agent_name: str | None = None
+    # Why it is quarantined (None: it is not) and since when (actors/worker_quarantine.py).
+    quarantine_reason: str | None = None
+    quarantined_at: float | None = None
 
     def effective_labels(self) -> dict[str, str]:
         # What an admin assigned wins over what the agent claims about itself.
@@ -165,6 +168,9 @@ class WorkerRecord:
             ),
             "agent_name": self.agent_name,
             "warnings": self.agent_warnings(),
+            "quarantined": self.quarantine_reason is not None,
+            "quarantine_reason": self.quarantine_reason,
+            "quarantined_at": iso(self.quarantined_at),
         }
 
     def agent_warnings(self) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any, cast
 import structlog
 
 from tunefleet.actors import messages as m
+from tunefleet.actors import worker_quarantine as quarantine
 from tunefleet.actors.clock import Timer
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.deadline import Deadline
@@ -49,6 +50,11 @@ class WorkerActor(WorkerFsmMixin, Actor):
         self.saved_state = record.state
         self.drain_requested = record.drain_requested
         self.current_job_id = record.current_job_id
+        self.quarantined = record.quarantine_reason is not None
+        # Its recent attempt ends, and jobs that failed here then completed elsewhere:
+        # what its automatic quarantine decides from (worker_quarantine.py).
+        self.attempt_ends: tuple[quarantine.AttemptEnd, ...] = ()
+        self.succeeded_elsewhere: dict[str, None] = {}
         self.outbox = Outbox(record.last_event_id)
         self.event_ids_reserved = record.last_event_id
         self.connection: StreamConnection | None = None
@@ -82,6 +88,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
             and self.report_hold is None
             and not self.drain_requested
             and not self.retiring
+            and not self.quarantined
         )
 
     def view(self) -> WorkerView:
@@ -159,6 +166,14 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 return await self.on_drain()
             case m.Resume():
                 return await self.on_resume()
+            case m.Quarantine(reason=reason, actor=actor):
+                return await quarantine.quarantine(self, reason, actor)
+            case m.Unquarantine(actor=actor):
+                return await quarantine.release(self, actor)
+            case m.AttemptEnded():
+                await quarantine.attempt_ended(self, message)
+            case m.SucceededElsewhere(job_id=job_id):
+                await quarantine.succeeded_elsewhere(self, job_id)
             case m.Retire(force=force):
                 return await self.on_retire(force)
             case m.Snapshot():
@@ -431,6 +446,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
         # (Fleet.start). The row's busy/idle and current_job_id follow at its next write.
         if self.rec.worker_type == "ephemeral" and self.state == WorkerState.DRAINING:
             self.push(ShutdownEvent(reason="worker drained after its job"))
+        elif self.rec.worker_type == "ephemeral" and self.quarantined:
+            self.push(ShutdownEvent(reason=f"worker quarantined: {self.rec.quarantine_reason}"))
         if msg.hold_until_report_written:
             self._show()
             return False

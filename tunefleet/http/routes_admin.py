@@ -24,6 +24,8 @@ from tunefleet.http.schemas_admin import (
     CreateWorkerResponse,
     DeleteWorkerQuery,
     DeleteWorkerResponse,
+    QuarantineRequest,
+    QuarantineResponse,
     RevokeApiTokenResponse,
     RotateTokenResponse,
     WhoamiResponse,
@@ -158,6 +160,48 @@ async def resume_worker(request: web.Request) -> web.StreamResponse:
     return web.json_response(
         {"success": True, "worker_id": worker_id, "status": snapshot["status"]}
     )
+
+
+@routes.route(
+    "POST",
+    "/api/admin/workers/{worker_id}/quarantine",
+    summary="Quarantine: take no new job (a bad machine); the current job finishes",
+    request=QuarantineRequest,
+    response=QuarantineResponse,
+    auth="api:admin.workers",
+    errors={**_NOT_FOUND, 409: "The worker is already quarantined"},
+)
+async def quarantine_worker(request: web.Request) -> web.StreamResponse:
+    worker_id = request.match_info["worker_id"]
+    body = await parse_body(request, QuarantineRequest)
+    actor = actor_name(request)
+    reason = body.reason or f"quarantined by {actor}"
+    snapshot = await fleet_of(request).quarantine(worker_id, reason, actor)
+    return web.json_response(_quarantine_answer(worker_id, snapshot))
+
+
+@routes.route(
+    "POST",
+    "/api/admin/workers/{worker_id}/release",
+    summary="Release a quarantine: the worker takes jobs again",
+    response=QuarantineResponse,
+    auth="api:admin.workers",
+    errors={**_NOT_FOUND, 409: "The worker is not quarantined"},
+)
+async def release_worker(request: web.Request) -> web.StreamResponse:
+    worker_id = request.match_info["worker_id"]
+    snapshot = await fleet_of(request).release_quarantine(worker_id, actor_name(request))
+    return web.json_response(_quarantine_answer(worker_id, snapshot))
+
+
+def _quarantine_answer(worker_id: str, snapshot: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "success": True,
+        "worker_id": worker_id,
+        "status": snapshot["status"],
+        "quarantined": snapshot["quarantined"],
+        "quarantine_reason": snapshot["quarantine_reason"],
+    }
 
 
 @routes.route(

@@ -79,6 +79,15 @@ class WorkerSummary(ResponseModel):
         default_factory=list,
         description="Where the agent's settings disagree with worker_type or the name",
     )
+    quarantined: bool = Field(
+        default=False,
+        description="Takes no new job (a bad machine): automatically after repeated "
+        "failures that were its fault, or by an administrator; released by hand",
+    )
+    quarantine_reason: str | None = Field(
+        default=None, description="Why it is quarantined, in one line"
+    )
+    quarantined_at: str | None = None
 
 
 class WorkerListResponse(ResponseModel):
@@ -129,6 +138,19 @@ class WorkerActionResponse(ResponseModel):
     success: bool = True
     worker_id: str
     status: WorkerStatus
+
+
+class QuarantineRequest(StrictRequestModel):
+    """POST /api/admin/workers/{id}/quarantine: why (optional; shown with the worker)."""
+
+    reason: ShortText | None = None
+
+
+class QuarantineResponse(WorkerActionResponse):
+    """Quarantine and release: the worker's status and quarantine afterwards."""
+
+    quarantined: bool
+    quarantine_reason: str | None = None
 
 
 class RotateTokenResponse(ResponseModel):

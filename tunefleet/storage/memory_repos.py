@@ -362,6 +362,8 @@ class MemoryJobRepo(JobRepo):
         outcome: str,
         reason: str | None = None,
         ended_at: float | None = None,
+        kind: str | None = None,
+        signature: str | None = None,
     ) -> bool:
         row = self._t.attempts.get((job_id, number))
         if row is None or row.ended_at is not None:
@@ -370,6 +372,8 @@ class MemoryJobRepo(JobRepo):
             "outcome": outcome,
             "reason": reason,
             "ended_at": self._now() if ended_at is None else ended_at,
+            "kind": kind,
+            "signature": signature,
         }
         self._t.attempts[(job_id, number)] = changed_row(row, JobAttempt, values)
         return True

@@ -411,6 +411,18 @@ def _approval_rules(database: pw.Database) -> None:
     database.create_tables([ApprovalRule], safe=False)
 
 
+def _failure_kinds_and_quarantine(database: pw.Database) -> None:
+    """Each attempt end's kind and signature; a worker's quarantine (issue 26). Attempts
+    and workers from before have none."""
+    migrator = SchemaMigrator.from_database(database)
+    migrator.migrate(
+        migrator.add_column("job_attempt", "kind", pw.CharField(max_length=16, null=True)),
+        migrator.add_column("job_attempt", "signature", pw.TextField(null=True)),
+        migrator.add_column("worker", "quarantine_reason", pw.TextField(null=True)),
+        migrator.add_column("worker", "quarantined_at", pw.DoubleField(null=True)),
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -438,6 +450,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         _concurrency_limits,
     ),
     Migration(14, "approval rules", _approval_rules),
+    Migration(
+        15,
+        "job_attempt kind and signature; worker quarantine_reason and quarantined_at",
+        _failure_kinds_and_quarantine,
+    ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -158,6 +158,9 @@ class Worker(BaseModel):
     last_seen_at = pw.DoubleField(null=True)
     offline_at = pw.DoubleField(null=True)  # added by migration 2
     agent_name = pw.TextField(null=True)  # added by migration 7: the name the agent sent
+    # Added by migration 15: why the worker is quarantined (None: it is not), and since when.
+    quarantine_reason = pw.TextField(null=True)
+    quarantined_at = pw.DoubleField(null=True)
     created_at = pw.DoubleField()
     updated_at = pw.DoubleField()
 
@@ -299,6 +302,10 @@ class JobAttempt(BaseModel):
     # them) and the lines dropped past its quota.
     log_bytes = pw.BigIntegerField(default=0)
     log_lines_dropped = pw.BigIntegerField(default=0)
+    # Added by migration 15: the end's kind (fsm/failure_kinds.py; None: completed, or
+    # not ended) and a job error's signature or what gave an infrastructure failure away.
+    kind = pw.CharField(max_length=16, null=True)
+    signature = pw.TextField(null=True)
 
     class Meta:
         table_name = "job_attempt"

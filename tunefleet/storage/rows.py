@@ -50,6 +50,8 @@ class WorkerRow:
     created_at: float
     updated_at: float
     agent_name: str | None = None
+    quarantine_reason: str | None = None
+    quarantined_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,8 @@ class JobAttemptRow:
     reason: str | None
     log_bytes: int = 0
     log_lines_dropped: int = 0
+    kind: str | None = None
+    signature: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -301,6 +301,8 @@ class JobRepo:
         outcome: str,
         reason: str | None = None,
         ended_at: float | None = None,
+        kind: str | None = None,
+        signature: str | None = None,
     ) -> bool:
         """Close an attempt with its outcome; False if it is unknown or already ended."""
         changed = update_where(
@@ -309,6 +311,8 @@ class JobRepo:
                 "outcome": outcome,
                 "reason": reason,
                 "ended_at": self._now() if ended_at is None else ended_at,
+                "kind": kind,
+                "signature": signature,
             },
             equal={"job": job_id, "number": number},
             null=("ended_at",),
