@@ -314,7 +314,8 @@ def test_a_job_avoids_its_unacknowledging_worker_but_never_waits_for_another(
     reachable = [w for w in idle if w.connected]
     ids = [w.worker_id for w in idle] or ["w_gone"]
     pending = [
-        replace(job, avoid=data.draw(st.one_of(st.none(), st.sampled_from(ids)))) for job in plain
+        replace(job, avoid=data.draw(st.frozensets(st.sampled_from(ids), max_size=2)))
+        for job in plain
     ]
     placements = plan(pending, reachable)
     assert placements == plan(pending, IdleWorkers(reachable))  # both entry points agree
@@ -325,9 +326,13 @@ def test_a_job_avoids_its_unacknowledging_worker_but_never_waits_for_another(
     # A job given the worker it avoids had no other choice: no worker left free fits it.
     taken = {w for _, w in placements}
     still_free = [w for w in reachable if w.worker_id not in taken]
-    for job in pending:
-        if (job.job_id, job.avoid) in placements:
-            assert all(unmet(job.requirements, w) is not None for w in still_free)
+    for job_id, worker_id in placements:
+        job = next(j for j in pending if j.job_id == job_id)
+        if worker_id in job.avoid:
+            assert all(
+                unmet(job.requirements, w) is not None or w.worker_id in job.avoid
+                for w in still_free
+            )
 
 
 def test_a_worker_one_avoiding_job_gives_up_is_free_for_another() -> None:
@@ -337,7 +342,7 @@ def test_a_worker_one_avoiding_job_gives_up_is_free_for_another() -> None:
     workers = [WorkerView("w_0"), WorkerView("w_6", gpu_vram_gb=16.0), WorkerView("w_7")]
     plain = [PendingJob("j_1", 0, 1, anything), PendingJob("j_2", 0, 2, anything)]
     assert plan(plain, workers) == [("j_1", "w_0"), ("j_2", "w_7")]
-    avoiding = [replace(plain[0], avoid="w_0"), replace(plain[1], avoid="w_7")]
+    avoiding = [replace(plain[0], avoid=frozenset({"w_0"})), replace(plain[1], avoid=frozenset({"w_7"}))]
     assert plan(avoiding, workers) == [("j_1", "w_6"), ("j_2", "w_0")]
     assert plan(avoiding, IdleWorkers(workers)) == [("j_1", "w_6"), ("j_2", "w_0")]
     # The other way round: j_2's move frees the only other worker j_1 fits, so the moves
@@ -350,14 +355,35 @@ def test_a_worker_one_avoiding_job_gives_up_is_free_for_another() -> None:
     ]
     plain = [PendingJob("j_1", 0, 1, in_zone_a), PendingJob("j_2", 0, 2, anything)]
     assert plan(plain, workers) == [("j_1", "w_a1"), ("j_2", "w_a2")]
-    avoiding = [replace(plain[0], avoid="w_a1"), replace(plain[1], avoid="w_a2")]
+    avoiding = [replace(plain[0], avoid=frozenset({"w_a1"})), replace(plain[1], avoid=frozenset({"w_a2"}))]
     assert plan(avoiding, workers) == [("j_1", "w_a2"), ("j_2", "w_big")]
+
+
+@EXAMPLES
+@given(fleets(), job_mixes(), st.data())
+def test_a_job_never_goes_to_a_worker_it_excludes(
+    idle: list[WorkerView], plain: list[PendingJob], data: st.DataObject
+) -> None:
+    """A retry that must wait for another worker (the scheduler sets ``exclude`` while one
+    fits) is never placed on the workers it failed on; other jobs still are."""
+    reachable = [w for w in idle if w.connected]
+    ids = [w.worker_id for w in idle] or ["w_gone"]
+    pending = [
+        replace(job, exclude=data.draw(st.frozensets(st.sampled_from(ids), max_size=2)))
+        for job in plain
+    ]
+    placements = plan(pending, reachable)
+    assert placements == plan(pending, IdleWorkers(reachable))
+    check_every_placement_qualifies_and_nothing_is_used_twice(reachable, pending, placements)
+    by_id = {job.job_id: job for job in pending}
+    for job_id, worker_id in placements:
+        assert worker_id not in by_id[job_id].exclude
 
 
 def test_an_avoiding_job_moves_only_to_a_worker_nobody_was_given() -> None:
     small = WorkerView("w_small", labels={"zone": "a"}, gpu_count=1)
     big = WorkerView("w_big", gpu_count=2)
-    retried = PendingJob("j_1", 0, 1, Requirements("worker"), avoid="w_small")
+    retried = PendingJob("j_1", 0, 1, Requirements("worker"), avoid=frozenset({"w_small"}))
     assert plan([retried], [small, big]) == [("j_1", "w_big")]
     # Only the avoided worker fits: the job goes there rather than wait.
     assert plan([retried], [small]) == [("j_1", "w_small")]

@@ -322,9 +322,7 @@ class Fleet:
         """Take no new job on ``worker_id`` (a bad machine), keeping its current one; the
         one seam for every rule that finds a machine bad (failures here, GPU health).
         Audited and counted by the worker actor; 409 if it already is quarantined."""
-        return cast(
-            dict[str, Any], await self.worker(worker_id).ask(m.Quarantine(reason, actor))
-        )
+        return cast(dict[str, Any], await self.worker(worker_id).ask(m.Quarantine(reason, actor)))
 
     async def release_quarantine(self, worker_id: str, actor: str) -> dict[str, Any]:
         """The worker takes jobs again; 409 if it is not quarantined."""

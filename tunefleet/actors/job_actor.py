@@ -10,13 +10,16 @@ import structlog
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.approvals import decide_approval
+from tunefleet.actors.attempt_ends import classify_report, note_end
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.matching import PendingJob
 from tunefleet.actors.progress_merge import MergedProgress, ProgressTooLarge, merge_progress
 from tunefleet.actors.records import JobRecord
+from tunefleet.actors.retry_policy import avoided_workers
 from tunefleet.actors.runtime import Actor
 from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden
+from tunefleet.fsm.failure_kinds import Classified, FailureKind
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
 from tunefleet.protocol.events import DEFAULT_CANCEL_REASON, JobRequirements, JobSubmitEvent
 from tunefleet.protocol.status import RUNNING_STATUSES, TERMINAL_STATUSES, ReportedStatus
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+_TIMEOUT = Classified(FailureKind.TIMEOUT, None)
+_CANCELLED = Classified(FailureKind.CANCELLED, None)
 # What agents say (training already read as running at the wire) or a heartbeat carried.
 _RUNNING_WORDS = RUNNING_STATUSES | {m.HEARTBEAT_PROGRESS}
 
@@ -40,6 +45,9 @@ class JobActor(JobFsmMixin, Actor):
         self.state = record.state
         self.attempts = record.attempts
         self.undelivered = record.undelivered
+        self.failures = record.failures  # its ended attempts: kind, signature, worker
+        self.infra_failures = record.infra_failures
+        self.infra_retries = ctx.settings.infra_retries
         self.max_retries = record.max_retries
         self.worker_id: str | None = record.worker_id
         self.past_workers: set[str] = set()
@@ -67,7 +75,9 @@ class JobActor(JobFsmMixin, Actor):
             self.rec.priority,
             self.rec.seq,
             self.rec.requirements(),
-            avoid=self.unacknowledged_by,
+            avoid=avoided_workers(self.failures).union(
+                (self.unacknowledged_by,) if self.unacknowledged_by else ()
+            ),
             user=self.rec.user_name,
             team=self.rec.team_name,
         )
@@ -287,7 +297,7 @@ class JobActor(JobFsmMixin, Actor):
         if word not in TERMINAL_STATUSES:
             return {"success": True}
         # The last numbers of the run belong to its history too, in the end's own commit.
-        await self._finish_from_report(word, msg.error, now, reported)
+        await self._finish_from_report(word, msg.error, now, reported, msg.failure)
         if word == ReportedStatus.COMPLETED and self.ctx.artifacts is not None:
             await self.ctx.artifacts.record_outcome(self.job_id, self.attempts, msg.outputs)
         return {"success": True, "release_hold": True}
@@ -330,17 +340,37 @@ class JobActor(JobFsmMixin, Actor):
         )
 
     async def _finish_from_report(
-        self, word: str, error: str | None, now: float, reported: dict[str, Any] | None
+        self,
+        word: str,
+        error: str | None,
+        now: float,
+        reported: dict[str, Any] | None,
+        evidence: dict[str, Any] | None = None,
     ) -> None:
         if word == ReportedStatus.COMPLETED:
             await self._end("complete", JobState.COMPLETED, None, now, reported)
-        elif word == ReportedStatus.FAILED:
-            failure = error or "the trainer reported a failure"
-            await self._end("fail", JobState.FAILED, failure, now, reported)
+        elif word == ReportedStatus.FAILED and self.stop_reason is None:
+            # Retried (on another worker) unless poison or out of budget: retry_policy.py.
+            ended, poison = classify_report(
+                self, error or "the trainer reported a failure", evidence
+            )
+            if poison is not None:
+                await self._end("fail", JobState.FAILED, poison, now, reported, ended)
+            else:
+                if reported:
+                    await self.ctx.persistence.save_metrics(
+                        self.job_id, self.attempts, reported, now
+                    )
+                self._release_worker(hold=True)
+                await self._requeue_or_fail(
+                    error or "the trainer reported a failure", now, ended=ended
+                )
+                return
         elif self.stop_is_timeout:
-            await self._end("fail", JobState.FAILED, self.stop_reason, now, reported)
+            await self._end("fail", JobState.FAILED, self.stop_reason, now, reported, _TIMEOUT)
         elif self.stop_reason is not None:
-            await self._end("cancel", JobState.CANCELLED, self.stop_reason, now, reported)
+            stop = self.stop_reason
+            await self._end("cancel", JobState.CANCELLED, stop, now, reported, _CANCELLED)
         else:
             # The agent stopped the job on its own (it is shutting down): not the job's fault.
             # The worker no longer runs it either, so it is released like any final report.
@@ -442,32 +472,44 @@ class JobActor(JobFsmMixin, Actor):
         now = self.ctx.clock.time()
         reason = f"{self.stop_reason} (the worker did not confirm the stop)"
         if self.stop_is_timeout:
-            await self._end("fail", JobState.FAILED, reason, now)
+            await self._end("fail", JobState.FAILED, reason, now, None, _TIMEOUT)
         else:
-            await self._end("cancel", JobState.CANCELLED, reason, now)
+            await self._end("cancel", JobState.CANCELLED, reason, now, None, _CANCELLED)
         self._release_worker(hold=False)
         await self._stop_self()
 
     # --- common endings ------------------------------------------------------------------
 
     async def _requeue_or_fail(
-        self, reason: str, now: float, *, undelivered: bool = False, unacknowledged: bool = False
+        self,
+        reason: str,
+        now: float,
+        *,
+        undelivered: bool = False,
+        unacknowledged: bool = False,
+        ended: Classified | None = None,
     ) -> None:
         if self.stop_reason is not None:
             # A cancel or timeout was asked for: losing the worker (or its acknowledgement)
             # ends the job as that stop would have; it never goes back to the queue.
-            kind, dest = (
-                ("fail", JobState.FAILED)
+            kind, dest, why = (
+                ("fail", JobState.FAILED, _TIMEOUT)
                 if self.stop_is_timeout
-                else ("cancel", JobState.CANCELLED)
+                else ("cancel", JobState.CANCELLED, _CANCELLED)
             )
-            await self._end(kind, dest, self.stop_reason, now)
+            await self._end(kind, dest, self.stop_reason, now, None, why)
             await self._stop_self()
             return
         worker_id = self.worker_id
+        # Lost or never acknowledged: the worker's; else what the failed report showed.
+        if ended is None:
+            lost = FailureKind.UNDELIVERED if undelivered else FailureKind.INFRASTRUCTURE
+            ended = Classified(lost, None)
         if undelivered:
             # Counted before the transition, so its retries_left guard sees it.
             self.undelivered += 1
+        elif ended.kind == FailureKind.INFRASTRUCTURE:
+            self.infra_failures += 1  # its own budget, not a retry
         new_state = JOB_LIFECYCLE.fire(self, "lose")
         self._cancel_timers()
         if worker_id:
@@ -481,8 +523,18 @@ class JobActor(JobFsmMixin, Actor):
                 AuditKind.JOB_REQUEUED, actor="supervisor", target=self.job_id, reason=reason
             )
             await self.ctx.persistence.commit_requeue(
-                self.job_id, self.attempts, worker_id, reason, now, event, undelivered=undelivered
+                self.job_id,
+                self.attempts,
+                worker_id,
+                reason,
+                now,
+                event,
+                undelivered=undelivered,
+                kind=str(ended.kind),
+                signature=ended.signature,
+                outcome=str(JobState.FAILED) if ended.kind == FailureKind.JOB_ERROR else None,
             )
+            note_end(self, worker_id, ended.kind, ended.signature, now)
             self.ctx.metrics.requeues.labels(reason=_reason_kind(reason)).inc()
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             self._publish()
@@ -493,9 +545,14 @@ class JobActor(JobFsmMixin, Actor):
                 "check the agents of the workers it was sent to (its attempt history): "
                 "that they run, stay connected, and what their logs say about the job"
             )
+        elif not self.infra_retries_left():
+            error = (
+                f"{reason}; no retries left for infrastructure failures "
+                f"(infra_retries={self.infra_retries})"
+            )
         else:
             error = f"{reason}; no retries left (max_retries={self.max_retries})"
-        await self._record_end(JobState.FAILED, error, now, worker_id)
+        await self._record_end(JobState.FAILED, error, now, worker_id, None, ended)
         await self._stop_self()
 
     async def _end(
@@ -505,10 +562,11 @@ class JobActor(JobFsmMixin, Actor):
         reason: str | None,
         now: float,
         reported: dict[str, Any] | None = None,
+        ended: Classified | None = None,
     ) -> None:
         JOB_LIFECYCLE.fire(self, trigger)
         self._cancel_timers()
-        await self._record_end(dest, reason, now, self.worker_id, reported)
+        await self._record_end(dest, reason, now, self.worker_id, reported, ended)
 
     async def _record_end(
         self,
@@ -517,6 +575,7 @@ class JobActor(JobFsmMixin, Actor):
         now: float,
         worker_id: str | None,
         reported: dict[str, Any] | None = None,
+        ended: Classified | None = None,
     ) -> None:
         self.rec.finished_at = now
         self.rec.error = reason if dest != JobState.COMPLETED else None
@@ -533,7 +592,12 @@ class JobActor(JobFsmMixin, Actor):
             self.rec.progress,
             event,
             reported=reported,
+            kind=str(ended.kind) if ended is not None else None,
+            signature=ended.signature if ended is not None else None,
         )
+        if self.attempts > 0 and (ended is not None or dest == JobState.COMPLETED):
+            kind, signature = (ended.kind, ended.signature) if ended else (None, None)
+            note_end(self, worker_id, kind, signature, now)
         self.ctx.metrics.job_finished(str(dest))
         if self.ctx.artifacts is not None:
             self.ctx.artifacts.job_ended(self.job_id)

@@ -105,6 +105,8 @@ class WorkerView:
     allowed_commands: tuple[str, ...] | None = None
     # False until its agent first registers: its GPUs are unknown (reported as none).
     hardware_known: bool = True
+    # Why it is quarantined (it takes no job; wait reasons say why); None: it is not.
+    quarantine_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +115,13 @@ class PendingJob:
     priority: int
     seq: int
     requirements: Requirements
-    # The worker that never acknowledged its last dispatch: another fitting idle worker is
-    # preferred, but the job never waits for one (see plan()).
-    avoid: str | None = None
+    # The workers where it failed (retry_policy.py), and the one that never acknowledged
+    # its last dispatch: another fitting idle worker is preferred (see plan()). The
+    # scheduler drops the failed ones when no other worker of the fleet fits.
+    avoid: frozenset[str] = frozenset()
+    # Workers it must not go to (the scheduler sets it from ``avoid`` while another
+    # worker of the fleet fits): the job waits for another rather than go back.
+    exclude: frozenset[str] = frozenset()
     # Whose it is, for the concurrency limits (tenancy_limits.py).
     user: str | None = None
     team: str | None = None
@@ -185,8 +191,12 @@ def plan(
     nothing fits, never blocking the jobs of other users and teams behind it, and each
     job placed is counted before the next is asked about.
     """
-    placements = _plan(pending, idle_workers, gate)
-    if any(job.avoid is not None for job in pending):  # rare: after an unacknowledged dispatch
+    if any(job.exclude for job in pending):  # rare: retries after failures
+        pool = idle_workers if isinstance(idle_workers, IdleWorkers) else IdleWorkers(idle_workers)
+        placements = _plan_in_fit_order(pending, pool, gate)
+    else:
+        placements = _plan(pending, idle_workers, gate)
+    if any(job.avoid for job in pending):  # rare: after a failure or unacknowledged dispatch
         pool = idle_workers if isinstance(idle_workers, IdleWorkers) else IdleWorkers(idle_workers)
         return _steer_clear(pending, pool, placements, gate)
     return placements
@@ -248,9 +258,10 @@ def _steer_clear(
     while moved:
         moved = False
         for i, (job_id, worker_id) in enumerate(steered):
-            if jobs[job_id].avoid != worker_id:
+            avoid = jobs[job_id].avoid
+            if worker_id not in avoid:
                 continue
-            other = pool.best_for(jobs[job_id].requirements.key(), taken)
+            other = pool.best_for(jobs[job_id].requirements.key(), taken | avoid)
             if other is not None:  # else only the avoided worker fits: it still goes there
                 steered[i] = (job_id, other.worker_id)
                 taken.add(other.worker_id)
@@ -284,7 +295,9 @@ def _plan_in_fit_order(
             continue
         if gate is not None and not gate.allows(job.holder()):
             continue
-        worker = pool.best_for(job.requirements.key(), taken)
+        worker = pool.best_for(
+            job.requirements.key(), taken | job.exclude if job.exclude else taken
+        )
         if worker is not None:
             if gate is not None:
                 gate.take(job.holder())

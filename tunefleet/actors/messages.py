@@ -198,6 +198,8 @@ class StatusReported:
     outputs: dict[str, Any] | None = None
     # The stored checkpoint the trainer started from (tunefleet's agent, once restored).
     resumed_from: str | None = None
+    # A failed report's evidence (protocol FailureEvidence, as a dict): tunefleet's agent.
+    failure: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,10 @@ import structlog
 
 from tunefleet.actors.clock import Clock, Timer
 from tunefleet.actors.records import JobRecord, WorkerRecord
+from tunefleet.actors.retry_policy import PastFailure
 from tunefleet.audit import AuditEntry, AuditLog
 from tunefleet.errors import Conflict
+from tunefleet.fsm.failure_kinds import FailureKind
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.protocol.events import DEFAULT_CANCEL_REASON
 from tunefleet.storage.log_quota import LogAppend
@@ -203,7 +205,15 @@ class Persistence:
 
     async def _load_from_timeline(self, job: JobRecord) -> None:
         """A stop asked for before a restart still stands (the agent may confirm it later),
-        and dispatches that never reached their worker still spend no retry."""
+        dispatches that never reached their worker still spend no retry, and the kinds of
+        its ended attempts still count (infrastructure budget, poison, avoided workers)."""
+        for attempt in await self.store.list_attempts(job.job_id):
+            if attempt.ended_at is None or attempt.kind is None:
+                continue
+            kind = FailureKind(attempt.kind)
+            job.failures.append(PastFailure(attempt.worker_id, kind, attempt.signature))
+            if kind == FailureKind.INFRASTRUCTURE:
+                job.infra_failures += 1
         for event in await self.store.list_job_events(job.job_id):
             if event.kind == "requeued" and event.detail.get(UNDELIVERED):
                 job.undelivered += 1
@@ -438,11 +448,20 @@ class Persistence:
         event: AuditEntry,
         *,
         undelivered: bool = False,
+        kind: str | None = None,
+        signature: str | None = None,
+        outcome: str | None = None,
     ) -> None:
-        outcome = UNDELIVERED if undelivered else "lost"
+        """``outcome``: the attempt's (default: undelivered or lost); ``kind`` and
+        ``signature``: its end's (fsm/failure_kinds.py), also in the timeline entry."""
+        outcome = outcome or (UNDELIVERED if undelivered else "lost")
         detail: dict[str, Any] = {"reason": reason}
         if undelivered:
             detail[UNDELIVERED] = True  # read back at start: it spent no retry
+        if kind is not None:
+            detail["kind"] = kind
+        if signature is not None:
+            detail["signature"] = signature
 
         def requeue(repos: Repos) -> None:
             repos.jobs.cas_state(
@@ -452,7 +471,15 @@ class Persistence:
                 worker_id=None,
                 progress=None,
             )
-            repos.jobs.end_attempt(job_id, attempt, outcome=outcome, reason=reason, ended_at=now)
+            repos.jobs.end_attempt(
+                job_id,
+                attempt,
+                outcome=outcome,
+                reason=reason,
+                ended_at=now,
+                kind=kind,
+                signature=signature,
+            )
             repos.jobs.insert_event(
                 job_id,
                 "requeued",
@@ -476,10 +503,18 @@ class Persistence:
         event: AuditEntry,
         *,
         reported: dict[str, Any] | None = None,
+        kind: str | None = None,
+        signature: str | None = None,
     ) -> None:
         """The end of a job, with a final report's numbers (``reported``) as the last point
-        of its metric history, in the same commit."""
+        of its metric history, in the same commit; ``kind`` and ``signature``: its last
+        attempt's end (fsm/failure_kinds.py)."""
         point = metric_point(reported) if attempt > 0 else None
+        detail: dict[str, Any] = {"reason": reason} if reason else {}
+        if kind is not None:
+            detail["kind"] = kind
+        if signature is not None:
+            detail["signature"] = signature
 
         def end(repos: Repos) -> None:
             if point is not None:
@@ -488,13 +523,21 @@ class Persistence:
                 job_id, _LIVE, state, finished_at=now, error=reason, progress=progress
             )
             if attempt > 0:
-                repos.jobs.end_attempt(job_id, attempt, outcome=state, reason=reason, ended_at=now)
+                repos.jobs.end_attempt(
+                    job_id,
+                    attempt,
+                    outcome=state,
+                    reason=reason,
+                    ended_at=now,
+                    kind=kind,
+                    signature=signature,
+                )
             repos.jobs.insert_event(
                 job_id,
                 str(state),
                 worker_id=worker_id,
                 attempt=attempt or None,
-                detail={"reason": reason} if reason else {},
+                detail=detail,
                 at=now,
             )
 

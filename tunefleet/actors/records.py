@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tunefleet.actors.matching import Requirements, WorkerView
+from tunefleet.actors.retry_policy import PastFailure
 from tunefleet.commands import loader_env_names
 from tunefleet.fsm.worker import WorkerState
 
@@ -72,6 +73,7 @@ class WorkerRecord:
             connected=connected,
             allowed_commands=self.allowed_commands,
             hardware_known=self.connected_at is not None,  # set by the first registration
+            quarantine_reason=self.quarantine_reason,
         )
 
     def apply_registration(self, msg: m.Register, now: float) -> None:
@@ -216,6 +218,10 @@ class JobRecord:
     max_retries: int = 3
     attempts: int = 0
     undelivered: int = 0  # attempts that never reached their worker (loaded from the timeline)
+    # Its ended attempts' workers, kinds and signatures, and how many were infrastructure
+    # failures (loaded from its attempts): the retry policy's history.
+    failures: list[PastFailure] = field(default_factory=list)
+    infra_failures: int = 0
     timeout_minutes: float | None = None
     worker_id: str | None = None
     submitted_by: str | None = None

@@ -7,12 +7,15 @@ so no ask cycle can form through it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
+from tunefleet.actors.matching_index import SIDES, fits
 from tunefleet.actors.queue_ranks import QueueRanks
+from tunefleet.actors.retry_policy import avoid_phrase
 from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.tenancy_limits import (
     ConcurrencyLimits,
@@ -21,7 +24,7 @@ from tunefleet.actors.tenancy_limits import (
     Usage,
     hold_reason,
 )
-from tunefleet.actors.wait_reasons import WaitReasons
+from tunefleet.actors.wait_reasons import WaitReasons, wait_reason
 from tunefleet.fsm.job import JobState
 
 if TYPE_CHECKING:
@@ -137,7 +140,8 @@ class Scheduler(Actor):
         unused = False
         # No limit set: no counting at all, the pass costs what it did before limits.
         gate = None if self.limits.unlimited else LimitGate(self.limits, self.usage())
-        for job_id, worker_id in plan(list(self.pending.values()), self.idle, gate):
+        jobs = [self._steered(job) if job.avoid else job for job in self.pending.values()]
+        for job_id, worker_id in plan(jobs, self.idle, gate):
             waiting = self.pending[job_id]
             self._unwait(job_id)
             job = self.ctx.jobs.get(job_id)
@@ -149,6 +153,24 @@ class Scheduler(Actor):
         if unused:
             # A worker planned for a job that had just ended is still free: plan again.
             self._schedule_pass()
+
+    def _steered(self, job: PendingJob) -> PendingJob:
+        """A retry keeps off the workers it avoids while another worker of the fleet (idle
+        or busy, not quarantined) fits it: it waits for that one (retry_policy.py)."""
+        others = self._others_that_fit(job)
+        return replace(job, exclude=job.avoid) if others else job
+
+    def _others_that_fit(self, job: PendingJob) -> list[str]:
+        key = job.requirements.key()
+        return [
+            view.worker_id
+            for view in self.fleet.values()
+            if view.connected
+            and view.quarantine_reason is None
+            and view.worker_id not in job.avoid
+            and fits(key, view)
+            and view.is_local in SIDES[key.target]
+        ]
 
     def place_new(self, job: PendingJob) -> str | m.MustWait | None:
         """The best idle worker for a job about to be submitted, taken for it; if none
@@ -190,6 +212,12 @@ class Scheduler(Actor):
             held = hold_reason(self.limits, self.usage(), job.holder())
             if held is not None:
                 return held
+        if job.avoid and self._others_that_fit(job):
+            # Judged without the workers it avoids: those are not what it waits for.
+            views = [v for v in self.fleet.values() if v.worker_id not in job.avoid]
+            idle = [w for w in self.idle if w not in job.avoid]
+            waits = wait_reason(job.requirements, views, idle)
+            return f"{avoid_phrase(job.avoid)}; {waits}"
         return self.reasons.reason(job.requirements, self._fleet_views, self.idle)
 
     def usage(self) -> Usage:

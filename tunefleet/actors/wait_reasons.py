@@ -143,8 +143,15 @@ def _reason_among_connected(
     idle = [w.worker_id for w in qualifying if w.worker_id in idle_ids]
     if idle:
         return _imminent(idle[0]), None
-    busy = [w.worker_id for w in qualifying]
-    return "every qualifying worker is busy or draining: " + _list_ids(busy), busy
+    busy = [w.worker_id for w in qualifying if w.quarantine_reason is None]
+    parts = ["every qualifying worker is busy or draining: " + _list_ids(busy)] if busy else []
+    # A bad machine takes no job: say so, with why (actors/quarantine_policy.py).
+    parts += [
+        f"{w.worker_id} quarantined: {w.quarantine_reason}"
+        for w in qualifying
+        if w.quarantine_reason is not None
+    ][:_LISTED_WORKERS]
+    return "; ".join(parts), [w.worker_id for w in qualifying]
 
 
 def _eligible(

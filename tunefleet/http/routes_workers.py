@@ -206,6 +206,7 @@ async def report_job_status(request: web.Request) -> web.StreamResponse:
                 body.attempt,
                 body.outputs.model_dump() if body.outputs is not None else None,
                 body.resumed_from,
+                body.failure.model_dump() if body.failure is not None else None,
             ),
         )
     except Forbidden:

@@ -34,6 +34,8 @@ MAX_VRAM_GB = 1_000_000
 MAX_LOG_LINES = 1000
 MAX_LOG_LINE_CHARS = 8192
 MAX_ERROR_CHARS = 8192
+MAX_FAILURE_TAIL_LINES = 40
+MAX_FAILURE_NOTE_CHARS = 512
 MAX_SAMPLES = 1024
 
 
@@ -202,6 +204,35 @@ class OutputsReport(RequestModel):
     ) = None
 
 
+class FailureEvidence(RequestModel):
+    """What only the agent sees about a failed attempt (tunefleet's agent sends it with
+    a ``failed`` report; SimpleTuner's does not, and orchestrators before issue 26
+    ignore it): tunefleet/fsm/failure_kinds.py tells a machine's fault from the job's."""
+
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
+    signal: Annotated[str, Field(max_length=32)] | None = Field(
+        default=None, description="The signal that ended the trainer (SIGKILL, SIGSEGV, ...)"
+    )
+    oom: (
+        Annotated[
+            str,
+            BeforeValidator(truncating(MAX_FAILURE_NOTE_CHARS)),
+            Field(max_length=MAX_FAILURE_NOTE_CHARS),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="The agent saw the kernel's OOM killer act (its cgroup's memory.events)",
+    )
+    log_tail: list[
+        Annotated[
+            str,
+            BeforeValidator(truncating(MAX_LOG_LINE_CHARS)),
+            Field(max_length=MAX_LOG_LINE_CHARS),
+        ]
+    ] = Field(default_factory=list, max_length=MAX_FAILURE_TAIL_LINES)
+
+
 class JobStatusRequest(RequestModel):
     """POST /api/workers/job/{job_id}/status. ``training`` is SimpleTuner's word for
     running. A long ``error`` is shortened, not refused: the report matters more."""
@@ -218,6 +249,7 @@ class JobStatusRequest(RequestModel):
     attempt: int | None = Field(default=None, ge=1, le=10_000)
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31)
     outputs: OutputsReport | None = None
+    failure: FailureEvidence | None = None
     resumed_from: (
         Annotated[str, Field(pattern=r"^checkpoint-[0-9]{1,12}$", max_length=24)] | None
     ) = Field(
