@@ -132,8 +132,9 @@ async def test_an_undelivered_attempt_still_spends_no_retry_after_a_restart(
     restarted = await harness.restart(5.0)
     other = await restarted.agent("w2")
     assert other.submitted_jobs() == [job_id]
-    # Lost for real this time (the worker is deleted): max_retries=0 ends it.
-    await restarted.fleet.delete_worker(other.worker_id, force=True, actor="admin")
+    # This attempt ran and failed on its own (a job error): max_retries=0 ends it.
+    await other.report(job_id, "running")
+    await other.report(job_id, "failed", error="exit code 1: ValueError: bad config")
     await restarted.settle()
     row = await restarted.job(job_id)
     assert row.state == "failed" and "no retries left" in str(row.error)

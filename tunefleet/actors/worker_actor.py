@@ -125,6 +125,9 @@ class WorkerActor(WorkerFsmMixin, Actor):
             case m.JobAcknowledged(job_id=job_id):
                 self.outbox.acknowledge_job(job_id, "job_submit")
                 return None
+            case m.AttemptEnded(kind=None):  # completed: never a reason to quarantine
+                quarantine.remember_end(self, message)
+                return None
             case m.JobReleased() if message.hold_until_report_written or not self._may_retire:
                 if self._release(message):
                     self._announce()  # what _after_release does for a worker that stays

@@ -75,11 +75,16 @@ async def release(worker: WorkerActor, actor: str) -> dict[str, Any]:
     return worker.snapshot()
 
 
-async def attempt_ended(worker: WorkerActor, msg: m.AttemptEnded) -> None:
+def remember_end(worker: WorkerActor, msg: m.AttemptEnded) -> None:
+    """Note the end; a completed one (no await: it never quarantines) needs no more."""
     kind = FailureKind(msg.kind) if msg.kind else None
     worker.attempt_ends = remember(
         worker.attempt_ends, AttemptEnd(msg.at, msg.job_id, kind, msg.signature)
     )
+
+
+async def attempt_ended(worker: WorkerActor, msg: m.AttemptEnded) -> None:
+    remember_end(worker, msg)
     await _consider(worker)
 
 

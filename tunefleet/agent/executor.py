@@ -44,6 +44,7 @@ from tunefleet.agent.job_files import (
     resolve_command,
     update_config,
 )
+from tunefleet.agent.oom_watch import OomWatch
 from tunefleet.agent.output import EventForwarder, OutputCapture
 from tunefleet.agent.progress import ProgressTail
 from tunefleet.agent.uploads import UploadRefused
@@ -356,6 +357,8 @@ class _Attempt:
         artifacts: JobArtifacts | None,
     ) -> JobOutcome:
         run_as = self.executor.run_as
+        oom = OomWatch()
+        oom.start()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -414,7 +417,7 @@ class _Attempt:
         if tail.malformed:
             self._log.warning("ignored malformed progress lines", count=tail.malformed)
             capture.note(f"{tail.malformed} progress lines were not JSON objects and were ignored")
-        return self._outcome(returncode, capture)
+        return self._outcome(returncode, capture, oom.evidence() if returncode < 0 else None)
 
     async def _follow_progress(self, tail: ProgressTail) -> None:
         while True:
@@ -463,20 +466,31 @@ class _Attempt:
         except PermissionError as error:
             self._log.warning("cannot signal job", signal=sig.name, error=str(error))
 
-    def _outcome(self, returncode: int, capture: OutputCapture) -> JobOutcome:
+    def _outcome(
+        self, returncode: int, capture: OutputCapture, oom: str | None = None
+    ) -> JobOutcome:
         tail = capture.tail
         if self.cancel_reason is not None:
             return JobOutcome(ReportedStatus.CANCELLED, returncode, self.cancel_reason, tail)
         if returncode == 0:
             return JobOutcome(ReportedStatus.COMPLETED, 0, None, tail)
+        signal_name: str | None = None
         if returncode < 0:
             try:
-                reason = f"killed by signal {signal.Signals(-returncode).name}"
+                signal_name = signal.Signals(-returncode).name
             except ValueError:
-                reason = f"killed by signal {-returncode}"
+                signal_name = str(-returncode)
+            reason = f"killed by signal {signal_name}"
         else:
             reason = f"exit code {returncode}"
         last = capture.last_line()
+        # What only the agent sees, for the orchestrator to tell a machine's fault from
+        # the job's (the report's `failure`; tunefleet/fsm/failure_kinds.py).
+        failure = {"exit_code": returncode, "signal": signal_name, "oom": oom, "log_tail": tail}
         return JobOutcome(
-            ReportedStatus.FAILED, returncode, f"{reason}: {last}" if last else reason, tail
+            ReportedStatus.FAILED,
+            returncode,
+            f"{reason}: {last}" if last else reason,
+            tail,
+            failure=failure,
         )

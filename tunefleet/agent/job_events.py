@@ -80,3 +80,6 @@ class JobOutcome:
     error: str | None
     tail: list[str]  # the last output lines, both streams, oldest first
     outputs: dict[str, Any] | None = None  # what was stored: the status report's "outputs"
+    # A failed run's evidence: the status report's "failure" (exit code, signal, OOM
+    # evidence, log tail), so the orchestrator can tell a machine's fault from the job's.
+    failure: dict[str, Any] | None = None

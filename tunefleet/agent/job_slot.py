@@ -257,6 +257,7 @@ class JobSlot:
             progress=job.progress,
             error=why,
             outputs=outcome.outputs,
+            failure=outcome.failure,
         )
         self.held, self._held_attempt = job.job_id, job.spec.attempt
 

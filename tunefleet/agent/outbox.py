@@ -27,6 +27,7 @@ from tunefleet.agent.backoff import Backoff
 from tunefleet.agent.client import OrchestratorUnreachable, RequestRejected
 from tunefleet.agent.executor import LogLine
 from tunefleet.protocol.endpoints import (
+    FailureEvidence,
     JobLogsRequest,
     JobStatusRequest,
     OutputsReport,
@@ -114,6 +115,7 @@ class Outbox:
         error: str | None = None,
         outputs: dict[str, Any] | None = None,
         resumed_from: str | None = None,
+        failure: dict[str, Any] | None = None,
     ) -> None:
         # Built, not validated: the orchestrator bounds what it takes (a long error is
         # shortened there), and a report must never fail to be made.
@@ -125,6 +127,9 @@ class Outbox:
         if outputs is not None:
             # What the attempt stored (its final report only).
             report.outputs = OutputsReport.model_construct(**outputs)
+        if failure is not None:
+            # A failed run's evidence; an orchestrator before issue 26 ignores it.
+            report.failure = FailureEvidence.model_construct(**failure)
         body = report.model_dump(exclude_unset=True)
         self._append(Report("status", job_id, body, attempt=attempt))
 
