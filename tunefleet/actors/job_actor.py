@@ -15,7 +15,7 @@ from tunefleet.actors.context import FleetContext
 from tunefleet.actors.matching import PendingJob
 from tunefleet.actors.progress_merge import MergedProgress, ProgressTooLarge, merge_progress
 from tunefleet.actors.records import JobRecord
-from tunefleet.actors.retry_policy import avoided_workers
+from tunefleet.actors.retry_policy import avoided_workers, shunned_workers
 from tunefleet.actors.runtime import Actor
 from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden
@@ -78,6 +78,7 @@ class JobActor(JobFsmMixin, Actor):
             avoid=avoided_workers(self.failures).union(
                 (self.unacknowledged_by,) if self.unacknowledged_by else ()
             ),
+            shun=shunned_workers(self.failures),
             user=self.rec.user_name,
             team=self.rec.team_name,
         )

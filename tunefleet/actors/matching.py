@@ -119,6 +119,8 @@ class PendingJob:
     # its last dispatch: another fitting idle worker is preferred (see plan()). The
     # scheduler drops the failed ones when no other worker of the fleet fits.
     avoid: frozenset[str] = frozenset()
+    # Those of ``avoid`` where it failed for infrastructure reasons (retry_policy.py).
+    shun: frozenset[str] = frozenset()
     # Workers it must not go to (the scheduler sets it from ``avoid`` while another
     # worker of the fleet fits): the job waits for another rather than go back.
     exclude: frozenset[str] = frozenset()

@@ -14,7 +14,7 @@ this module adds what a table cannot see, the job's history across workers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tunefleet.fsm.failure_kinds import FailureKind
@@ -58,6 +58,30 @@ def avoided_workers(history: Iterable[PastFailure]) -> frozenset[str]:
         for past in history
         if past.worker_id is not None and past.kind in _WORKER_FAULTS
     )
+
+
+def shunned_workers(history: Iterable[PastFailure]) -> frozenset[str]:
+    """The workers where this job failed for infrastructure reasons: kept off even when
+    every fitting worker is one it failed on, while one it only had a job error on fits
+    (that one can still run it; a broken machine cannot)."""
+    return frozenset(
+        past.worker_id
+        for past in history
+        if past.worker_id is not None and past.kind == FailureKind.INFRASTRUCTURE
+    )
+
+
+def exclusion(
+    avoid: frozenset[str], shun: frozenset[str], fits_outside: Callable[[frozenset[str]], bool]
+) -> frozenset[str]:
+    """The workers a retry must not go to now: every one it avoids while another fits
+    (``fits_outside(set)``: a non-quarantined worker outside ``set`` fits it), else the
+    ones it shuns while another fits, else none (it never waits for what cannot come)."""
+    if avoid and fits_outside(avoid):
+        return avoid
+    if shun and fits_outside(shun):
+        return shun
+    return frozenset()
 
 
 def avoid_phrase(avoided: Iterable[str]) -> str:

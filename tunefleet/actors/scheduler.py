@@ -15,7 +15,7 @@ from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
 from tunefleet.actors.matching_index import SIDES, fits
 from tunefleet.actors.queue_ranks import QueueRanks
-from tunefleet.actors.retry_policy import avoid_phrase
+from tunefleet.actors.retry_policy import avoid_phrase, exclusion
 from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.tenancy_limits import (
     ConcurrencyLimits,
@@ -155,22 +155,23 @@ class Scheduler(Actor):
             self._schedule_pass()
 
     def _steered(self, job: PendingJob) -> PendingJob:
-        """A retry keeps off the workers it avoids while another worker of the fleet (idle
-        or busy, not quarantined) fits it: it waits for that one (retry_policy.py)."""
-        others = self._others_that_fit(job)
-        return replace(job, exclude=job.avoid) if others else job
+        """A retry keeps off the workers it failed on while another worker of the fleet
+        (idle or busy, not quarantined) fits it: it waits for that one (retry_policy.py)."""
+        excluded = exclusion(
+            job.avoid, job.shun, lambda kept_off: self._fits_outside(job, kept_off)
+        )
+        return replace(job, exclude=excluded) if excluded else job
 
-    def _others_that_fit(self, job: PendingJob) -> list[str]:
+    def _fits_outside(self, job: PendingJob, kept_off: frozenset[str]) -> bool:
         key = job.requirements.key()
-        return [
-            view.worker_id
-            for view in self.fleet.values()
-            if view.connected
+        return any(
+            view.connected
             and view.quarantine_reason is None
-            and view.worker_id not in job.avoid
-            and fits(key, view)
+            and view.worker_id not in kept_off
             and view.is_local in SIDES[key.target]
-        ]
+            and fits(key, view)
+            for view in self.fleet.values()
+        )
 
     def place_new(self, job: PendingJob) -> str | m.MustWait | None:
         """The best idle worker for a job about to be submitted, taken for it; if none
@@ -212,12 +213,13 @@ class Scheduler(Actor):
             held = hold_reason(self.limits, self.usage(), job.holder())
             if held is not None:
                 return held
-        if job.avoid and self._others_that_fit(job):
-            # Judged without the workers it avoids: those are not what it waits for.
-            views = [v for v in self.fleet.values() if v.worker_id not in job.avoid]
-            idle = [w for w in self.idle if w not in job.avoid]
+        excluded = self._steered(job).exclude if job.avoid else frozenset()
+        if excluded:
+            # Judged without the workers it keeps off: those are not what it waits for.
+            views = [v for v in self.fleet.values() if v.worker_id not in excluded]
+            idle = [w for w in self.idle if w not in excluded]
             waits = wait_reason(job.requirements, views, idle)
-            return f"{avoid_phrase(job.avoid)}; {waits}"
+            return f"{avoid_phrase(excluded)}; {waits}"
         return self.reasons.reason(job.requirements, self._fleet_views, self.idle)
 
     def usage(self) -> Usage:

@@ -87,7 +87,8 @@ class Classified:
 
 # --- infrastructure patterns: checked on the error and every line of the tail ----------
 
-_XID = re.compile(r"\bXid\b[^0-9]{0,40}?(?:\(PCI:[^)]*\))?[^0-9]{0,10}(\d+)", re.IGNORECASE)
+# "NVRM: Xid (PCI:0000:3b:00): 79, pid=...", "Xid 79", "Xid: 79".
+_XID = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)", re.IGNORECASE)
 _GPU_INDEX = re.compile(r"\bGPU[ #:]?(\d+)\b", re.IGNORECASE)
 _INFRA_PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"fallen off the bus|GPU is lost|GPU has been lost", re.I), "GPU fell off the bus"),
@@ -124,7 +125,7 @@ _WHAT_ENDED = re.compile(r"^(?:exit code -?\d+|killed by signal \w+)(?::\s*)?")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:~|\.{1,2})?(?:/[\w.+@%-]+)+/?")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _UUIDISH = re.compile(r"\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
-_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"(?<![A-Za-z_0-9])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _SPACE = re.compile(r"\s+")
 
 
