@@ -342,7 +342,10 @@ def test_a_worker_one_avoiding_job_gives_up_is_free_for_another() -> None:
     workers = [WorkerView("w_0"), WorkerView("w_6", gpu_vram_gb=16.0), WorkerView("w_7")]
     plain = [PendingJob("j_1", 0, 1, anything), PendingJob("j_2", 0, 2, anything)]
     assert plan(plain, workers) == [("j_1", "w_0"), ("j_2", "w_7")]
-    avoiding = [replace(plain[0], avoid=frozenset({"w_0"})), replace(plain[1], avoid=frozenset({"w_7"}))]
+    avoiding = [
+        replace(plain[0], avoid=frozenset({"w_0"})),
+        replace(plain[1], avoid=frozenset({"w_7"})),
+    ]
     assert plan(avoiding, workers) == [("j_1", "w_6"), ("j_2", "w_0")]
     assert plan(avoiding, IdleWorkers(workers)) == [("j_1", "w_6"), ("j_2", "w_0")]
     # The other way round: j_2's move frees the only other worker j_1 fits, so the moves
@@ -355,7 +358,10 @@ def test_a_worker_one_avoiding_job_gives_up_is_free_for_another() -> None:
     ]
     plain = [PendingJob("j_1", 0, 1, in_zone_a), PendingJob("j_2", 0, 2, anything)]
     assert plan(plain, workers) == [("j_1", "w_a1"), ("j_2", "w_a2")]
-    avoiding = [replace(plain[0], avoid=frozenset({"w_a1"})), replace(plain[1], avoid=frozenset({"w_a2"}))]
+    avoiding = [
+        replace(plain[0], avoid=frozenset({"w_a1"})),
+        replace(plain[1], avoid=frozenset({"w_a2"})),
+    ]
     assert plan(avoiding, workers) == [("j_1", "w_a2"), ("j_2", "w_big")]
 
 

@@ -503,6 +503,7 @@ class JobActor(JobFsmMixin, Actor):
             return
         worker_id = self.worker_id
         # Lost or never acknowledged: the worker's; else what the failed report showed.
+        outcome = str(JobState.FAILED) if ended is not None else None
         if ended is None:
             lost = FailureKind.UNDELIVERED if undelivered else FailureKind.INFRASTRUCTURE
             ended = Classified(lost, None)
@@ -533,7 +534,7 @@ class JobActor(JobFsmMixin, Actor):
                 undelivered=undelivered,
                 kind=str(ended.kind),
                 signature=ended.signature,
-                outcome=str(JobState.FAILED) if ended.kind == FailureKind.JOB_ERROR else None,
+                outcome=outcome,
             )
             note_end(self, worker_id, ended.kind, ended.signature, now)
             self.ctx.metrics.requeues.labels(reason=_reason_kind(reason)).inc()
