@@ -340,7 +340,7 @@ def _print_job(job: dict[str, Any]) -> None:
     if history:
         click.echo()
         print_table(
-            ["ATTEMPT", "WORKER", "DISPATCHED", "ENDED", "OUTCOME", "REASON"],
+            ["ATTEMPT", "WORKER", "DISPATCHED", "ENDED", "OUTCOME", "KIND", "REASON"],
             [
                 [
                     str(a["number"]),
@@ -348,6 +348,7 @@ def _print_job(job: dict[str, Any]) -> None:
                     relative_time(a.get("dispatched_at")),
                     relative_time(a.get("ended_at")),
                     a.get("outcome") or NONE,
+                    a.get("kind") or NONE,
                     a.get("reason") or NONE,
                 ]
                 for a in history

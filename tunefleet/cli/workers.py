@@ -31,7 +31,8 @@ WORKER_STATUSES = tuple(state.value for state in WorkerState)
 
 @click.group("workers")
 def workers() -> None:
-    """Manage workers: list, create, drain, resume, rotate tokens, delete."""
+    """Manage workers: list, create, drain, resume, quarantine, release, rotate tokens,
+    delete."""
 
 
 def _path(worker_id: str, action: str = "") -> str:
@@ -67,7 +68,7 @@ def list_workers(conn: Connection, status: str | None, as_json: bool) -> None:
         [
             w["id"],
             w["name"],
-            status_text(w["status"]),
+            _status_with_quarantine(w),
             # An open stream: a worker without one takes no job, whatever its status.
             "yes" if w.get("connected") else "no",
             w.get("worker_type") or NONE,
@@ -98,6 +99,8 @@ def show_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
     state = status_text(w["status"])
     if w.get("drain_requested") and w["status"] != WorkerState.DRAINING:
         state.append(" (drain requested)", style="yellow")
+    if w.get("quarantined"):
+        state.append(" (quarantined)", style="red")
     job = w.get("current_job_id")
     print_fields(
         [
@@ -114,6 +117,11 @@ def show_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
             ("Last heartbeat", relative_time(w.get("last_heartbeat"))),
             ("Connected since", relative_time(w.get("connected_at"))),
             ("Created", relative_time(w.get("created_at"))),
+            *(
+                [("Quarantined", Text(str(w.get("quarantine_reason")), style="red"))]
+                if w.get("quarantined")
+                else []
+            ),
             # Where the agent's --name / --persistent disagree with the administrator's.
             *(
                 ("Warning", Text(str(warning), style="yellow"))
@@ -202,6 +210,44 @@ def resume_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
         print_json(data)
         return
     click.echo(f"Resumed {worker_id}: now {data['status']}, taking jobs again.")
+
+
+@workers.command("quarantine")
+@click.argument("worker_id")
+@click.option("--reason", help="Why (shown with the worker and in jobs' wait reasons).")
+@json_option
+@connection_options
+def quarantine_worker(conn: Connection, worker_id: str, reason: str | None, as_json: bool) -> None:
+    """Take no new job on a bad machine; its current job finishes (POST .../quarantine)."""
+    body = {"reason": reason} if reason else {}
+    data = call(conn, lambda api: api.post(_path(worker_id, "/quarantine"), body))
+    if as_json:
+        print_json(data)
+        return
+    click.echo(
+        f"Quarantined {worker_id} (now {data['status']}): {data['quarantine_reason']}. "
+        f"It takes no new job. Undo with: tunefleet workers release {worker_id}"
+    )
+
+
+@workers.command("release")
+@click.argument("worker_id")
+@json_option
+@connection_options
+def release_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
+    """End a quarantine: the worker takes jobs again (POST .../release)."""
+    data = call(conn, lambda api: api.post(_path(worker_id, "/release")))
+    if as_json:
+        print_json(data)
+        return
+    click.echo(f"Released {worker_id} from quarantine: now {data['status']}, taking jobs again.")
+
+
+def _status_with_quarantine(w: dict[str, Any]) -> Text:
+    state = status_text(w["status"])
+    if w.get("quarantined"):
+        state.append(" quarantined", style="red")
+    return state
 
 
 @workers.command("rotate-token")

@@ -63,6 +63,8 @@ def job_detail(
                 "ended_at": iso(a.ended_at),
                 "outcome": a.outcome,
                 "reason": a.reason,
+                "kind": a.kind,
+                "signature": a.signature,
                 "log_bytes": a.log_bytes,
                 "log_lines_dropped": a.log_lines_dropped,
                 "gpu_seconds": attempt_gpu_seconds(attempt_span(row, a), now),

@@ -219,6 +219,16 @@ class AttemptView(ResponseModel):
     ended_at: str | None = None
     outcome: str | None = None
     reason: str | None = None
+    kind: str | None = Field(
+        default=None,
+        description="Why it ended: job_error, infrastructure, timeout, cancelled, preempted "
+        "or undelivered (none: it completed, or runs)",
+    )
+    signature: str | None = Field(
+        default=None,
+        description="A job error's one line (numbers and paths stripped), or what gave an "
+        'infrastructure failure away ("Xid 79 on GPU 1", "OOM-killed")',
+    )
     log_bytes: int = Field(
         default=0, description="The attempt's stored log, as its quota counts it"
     )

@@ -22,6 +22,14 @@ function workerLabel(id) {
   return id ? fleet.nameOf(id) : '—';
 }
 
+/** An attempt's end, with its kind first (job_error, infrastructure, ...: issue 26). */
+function withKind(entry, note) {
+  const kind = entry.detail?.kind;
+  if (!kind) return note;
+  const label = kind.replace('_', ' ');
+  return note ? `${label} · ${note}` : label;
+}
+
 /** The timeline as people read it: each entry's title and the line under it. */
 export function describeEvent(entry) {
   const worker = entry.worker_id ? fleet.nameOf(entry.worker_id) : null;
@@ -35,11 +43,11 @@ export function describeEvent(entry) {
     case 'started':
       return { title: `Running on ${worker ?? 'a worker'}`, note: attempt ? `${attempt} acknowledged` : '' };
     case 'requeued':
-      return { title: `Requeued from ${worker ?? 'its worker'}`, note: reason ?? attempt, bad: true };
+      return { title: `Requeued from ${worker ?? 'its worker'}`, note: withKind(entry, reason ?? attempt), bad: true };
     case 'completed':
       return { title: 'Completed', note: worker ? `on ${worker}` : '' };
     case 'failed':
-      return { title: 'Failed', note: reason ?? '', bad: true };
+      return { title: 'Failed', note: withKind(entry, reason ?? ''), bad: true };
     case 'cancelled':
       return { title: 'Cancelled', note: reason ?? '' };
     case 'resumed':

@@ -1,5 +1,5 @@
 // Workers: counters, a filterable table kept live from the event stream, and the
-// admin actions (create, drain, resume, rotate token, delete).
+// admin actions (create, drain, resume, quarantine, release, rotate token, delete).
 
 import { del, enc, get, post } from '../api.js';
 import { KeyedRows, badge, bar, chips, emptyState, h } from '../dom.js';
@@ -135,12 +135,14 @@ export function mount(main) {
       render: workerCell,
     },
     {
-      label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}|${w.connected}`,
+      label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}|${w.connected}|${w.quarantine_reason}`,
       render: (w) => h('div', {}, badge(w.status),
         w.status !== 'offline' && !w.connected
           ? h('div', { class: 'cell-note not-connected', title: 'No open stream: it takes no job until its agent reconnects' }, 'not connected')
           : null,
-        w.drain_requested && w.status !== 'draining' ? h('div', { class: 'cell-note' }, 'drain requested') : null),
+        w.drain_requested && w.status !== 'draining' ? h('div', { class: 'cell-note' }, 'drain requested') : null,
+        // A bad machine takes no new job: say why (automatic, or by hand).
+        w.quarantined ? h('div', { class: 'cell-note quarantined', title: 'Takes no new job until released' }, `quarantined: ${w.quarantine_reason}`) : null),
     },
     {
       label: 'GPUs',
@@ -156,7 +158,7 @@ export function mount(main) {
         h('div', { title: 'connected for' }, uptime(w, now())),
         h('div', { class: 'cell-note', title: dateTime(w.last_seen) }, w.last_seen ? `seen ${ago(w.last_seen, now())}` : 'never seen')),
     },
-    { label: 'Actions', className: 'actions', sig: (w) => `${w.status}|${w.drain_requested}|${busy.has(w.worker_id)}`, render: actionsCell },
+    { label: 'Actions', className: 'actions', sig: (w) => `${w.status}|${w.drain_requested}|${w.quarantined}|${busy.has(w.worker_id)}`, render: actionsCell },
   ], (w) => w.worker_id);
 
   function actionsCell(w) {
@@ -169,6 +171,8 @@ export function mount(main) {
     const buttons = [];
     if (w.drain_requested || w.status === 'draining') buttons.push(button('Resume', resume));
     else if (w.status !== 'offline') buttons.push(button('Drain', drain));
+    if (w.quarantined) buttons.push(button('Release', release));
+    else if (!w.is_local) buttons.push(button('Quarantine', quarantine, 'btn small danger'));
     if (!w.is_local) buttons.push(button('Rotate token', rotate));
     if (!w.is_local && w.status === 'offline') buttons.push(button('Delete', remove, 'btn small danger'));
     return h('div', { class: 'btn-row' }, buttons);
@@ -212,6 +216,30 @@ export function mount(main) {
   async function resume(w) {
     await act(w, () => post(`/api/admin/workers/${enc(w.worker_id)}/resume`), () => {
       toast(`${w.name} takes jobs again.`, 'success');
+      return refresh(w.worker_id);
+    });
+  }
+
+  async function quarantine(w) {
+    const ok = await confirmAction({
+      title: `Quarantine ${w.name}?`,
+      message: [
+        `${w.name} takes no new job until you release it; ${w.current_job_id ? 'its current job finishes' : 'it stays connected'}.`,
+        w.worker_type === 'ephemeral' ? 'An ephemeral worker is told to exit.' : 'Use it for a machine you suspect is broken.',
+      ],
+      confirmLabel: 'Quarantine',
+      danger: true,
+    });
+    if (!ok) return;
+    await act(w, () => post(`/api/admin/workers/${enc(w.worker_id)}/quarantine`, {}), () => {
+      toast(`${w.name} is quarantined.`, 'success');
+      return refresh(w.worker_id);
+    });
+  }
+
+  async function release(w) {
+    await act(w, () => post(`/api/admin/workers/${enc(w.worker_id)}/release`), () => {
+      toast(`${w.name} is released from quarantine and takes jobs again.`, 'success');
       return refresh(w.worker_id);
     });
   }
