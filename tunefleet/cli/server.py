@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
+from tunefleet.actors.quarantine_policy import (
+    DEFAULT_QUARANTINE_AFTER,
+    DEFAULT_QUARANTINE_WINDOW_S,
+)
 from tunefleet.commands import BadPattern, parse_patterns
+from tunefleet.fsm.job import DEFAULT_INFRA_RETRIES
 from tunefleet.http.app import ServerOptions, run_server
 from tunefleet.limits import DEFAULT_MIN_FREE_DISK, BadLimit, FreeDiskFloor, Limits, parse_size
 from tunefleet.storage.leadership import DEFAULT_LEASE_S
@@ -245,7 +250,31 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     type=click.IntRange(0, 20),
     default=3,
     show_default=True,
-    help="Default retries for a job whose worker is lost.",
+    help="Default retries for a job whose trainer fails on its own (a job error).",
+)
+@click.option(
+    "--infra-retries",
+    type=click.IntRange(0, 100),
+    default=DEFAULT_INFRA_RETRIES,
+    show_default=True,
+    help="Retries for a job after infrastructure failures (its worker lost, OOM-killed, "
+    "CUDA/NCCL/Xid errors, a GPU gone, a full disk), apart from max_retries.",
+)
+@click.option(
+    "--quarantine-after",
+    type=click.IntRange(0, 1000),
+    default=DEFAULT_QUARANTINE_AFTER,
+    show_default=True,
+    help="Quarantine a worker after this many consecutive failures that were its fault "
+    "(infrastructure failures, or job errors of jobs that then succeeded elsewhere) "
+    "within --quarantine-window; 0: never automatically.",
+)
+@click.option(
+    "--quarantine-window",
+    type=click.FloatRange(min=1.0),
+    default=DEFAULT_QUARANTINE_WINDOW_S,
+    show_default=True,
+    help="Seconds within which --quarantine-after failures quarantine a worker.",
 )
 @click.option(
     "--admin-token",

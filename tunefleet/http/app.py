@@ -20,12 +20,18 @@ from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.events import EventHub
 from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
+from tunefleet.actors.quarantine_policy import (
+    DEFAULT_QUARANTINE_AFTER,
+    DEFAULT_QUARANTINE_WINDOW_S,
+    QuarantineRule,
+)
 from tunefleet.agent.gpu import GpuProbe, probe_from_environment
 from tunefleet.artifacts.backends import open_store
 from tunefleet.artifacts.service import Artifacts
 from tunefleet.audit import AuditLog
 from tunefleet.disk_guard import DiskGuard
 from tunefleet.errors import TunefleetError
+from tunefleet.fsm.job import DEFAULT_INFRA_RETRIES
 from tunefleet.http import keys, ui
 from tunefleet.http.bootstrap import ensure_admin_token, standby_banner, startup_banner
 from tunefleet.http.connections import NOSNIFF_HEADER, ConnectionGuard
@@ -76,6 +82,9 @@ class ServerOptions:
     reconnect_grace: float = 5.0
     ping_interval: float = 15.0
     max_retries: int = 3
+    infra_retries: int = DEFAULT_INFRA_RETRIES
+    quarantine_after: int = DEFAULT_QUARANTINE_AFTER
+    quarantine_window: float = DEFAULT_QUARANTINE_WINDOW_S
     admin_token: str | None = None
     local_runner: bool = True
     local_train_command: str | None = None
@@ -122,6 +131,8 @@ class ServerOptions:
             reconnect_grace_s=self.reconnect_grace,
             ping_interval_s=self.ping_interval,
             default_max_retries=self.max_retries,
+            infra_retries=self.infra_retries,
+            quarantine=QuarantineRule(self.quarantine_after, self.quarantine_window),
             local_runner=self.local_runner,
             upload_endpoint="/api/artifacts",
             limits=self.limits,
