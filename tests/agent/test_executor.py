@@ -175,7 +175,9 @@ async def test_nonzero_exit_without_stderr_names_last_stdout_line(tmp_path: Path
 
 async def test_silent_failure_reports_just_the_code(tmp_path: Path) -> None:
     outcome = await executor(tmp_path).run(spec(["false"]), Recorder())
-    assert outcome == JobOutcome("failed", 1, "exit code 1", [])
+    # The evidence for the orchestrator's failure kinds (issue 26) goes with it.
+    failure = {"exit_code": 1, "signal": None, "oom": None, "log_tail": []}
+    assert outcome == JobOutcome("failed", 1, "exit code 1", [], failure=failure)
 
 
 async def test_killed_by_signal_is_named(tmp_path: Path) -> None:
@@ -185,6 +187,7 @@ async def test_killed_by_signal_is_named(tmp_path: Path) -> None:
     assert outcome.status == "failed"
     assert outcome.exit_code == -signal.SIGKILL
     assert outcome.error == "killed by signal SIGKILL"
+    assert outcome.failure is not None and outcome.failure["signal"] == "SIGKILL"
 
 
 async def test_command_not_found_fails_without_raising(tmp_path: Path) -> None:
