@@ -20,13 +20,16 @@ from tunefleet.storage.store import Store
 
 
 @asynccontextmanager
-async def in_process_fleet(data_dir: Path) -> AsyncIterator[tuple[Fleet, Database]]:
-    """A started fleet (no local runner) and its database; stopped and closed after."""
+async def in_process_fleet(
+    data_dir: Path, settings: FleetSettings | None = None
+) -> AsyncIterator[tuple[Fleet, Database]]:
+    """A started fleet (no local runner unless ``settings`` say) and its database;
+    stopped and closed after."""
     clock = RealClock()
     db = await open_database(None, data_dir)
     store = Store(db, now=clock.time)
     audit = AuditLog(store.append_audit, data_dir / "audit.jsonl", clock)
-    fleet = build_fleet(store, clock, FleetSettings(local_runner=False), audit)
+    fleet = build_fleet(store, clock, settings or FleetSettings(local_runner=False), audit)
     await fleet.start()
     try:
         yield fleet, db

@@ -293,6 +293,8 @@ def _plan_in_fit_order(
     taken: set[str] = set()
     placements: list[tuple[str, str]] = []
     for job in sorted(pending, key=lambda j: (-j.priority, j.seq, j.job_id)):
+        if len(taken) >= len(pool):
+            break  # every idle worker is given: the rest of a long queue waits
         if any(placed == job.job_id for placed, _ in placements):
             continue
         if gate is not None and not gate.allows(job.holder()):
