@@ -137,4 +137,9 @@ async def test_an_undelivered_attempt_still_spends_no_retry_after_a_restart(
     await other.report(job_id, "failed", error="exit code 1: ValueError: bad config")
     await restarted.settle()
     row = await restarted.job(job_id)
-    assert row.state == "failed" and "no retries left" in str(row.error)
+    assert (row.state, row.error) == ("failed", "exit code 1: ValueError: bad config")
+    attempts = await restarted.attempts(job_id)
+    assert [(a.outcome, a.kind) for a in attempts] == [
+        ("undelivered", "undelivered"),
+        ("failed", "job_error"),
+    ]

@@ -555,7 +555,7 @@ async def test_malformed_upload_requests_are_refused_with_what_to_send(server: S
 
 async def test_an_ended_jobs_unfinished_uploads_are_aborted(server: Server) -> None:
     worker = await server.connected_worker()
-    up = Uploader(server, await dispatched(server, worker))
+    up = Uploader(server, await dispatched(server, worker, max_retries=0))
     started = await server.client.post(up.url("big.bin") + "?uploads", headers=up.headers())
     upload_id = (await started.json())["upload_id"]
     part = f"{up.url('big.bin')}?partNumber=1&uploadId={upload_id}"
@@ -598,7 +598,7 @@ async def test_at_start_uploads_whose_attempt_ended_while_unwatched_are_aborted(
 ) -> None:
     first = await make_server()
     worker = await first.connected_worker()
-    up = Uploader(first, await dispatched(first, worker))
+    up = Uploader(first, await dispatched(first, worker, max_retries=0))
     started = await first.client.post(up.url("big.bin") + "?uploads", headers=up.headers())
     upload_id = (await started.json())["upload_id"]
     part = f"{up.url('big.bin')}?partNumber=1&uploadId={upload_id}"
@@ -621,7 +621,7 @@ async def test_at_start_uploads_whose_attempt_ended_while_unwatched_are_aborted(
 
 async def test_an_upload_still_live_at_start_is_aborted_when_its_job_ends(server: Server) -> None:
     worker = await server.connected_worker()
-    up = Uploader(server, await dispatched(server, worker))
+    up = Uploader(server, await dispatched(server, worker, max_retries=0))
     started = await server.client.post(up.url("big.bin") + "?uploads", headers=up.headers())
     upload_id = (await started.json())["upload_id"]
     artifacts = server.app[keys.ARTIFACTS]

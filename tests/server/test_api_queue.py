@@ -481,7 +481,7 @@ async def test_follow_logs_streams_backlog_then_new_lines_until_end(server: Any)
 
 async def test_follow_logs_of_a_finished_job_sends_backlog_and_end(server: Any) -> None:
     worker = await server.connected_worker()
-    job_id = await server.running_job(worker)
+    job_id = await server.running_job(worker, max_retries=0)  # a job error: no retry
     await worker.send_logs(job_id, ["only line"])
     assert (await worker.report(job_id, "failed", error="boom")).status == 200
     await server.wait_job(job_id, "failed")
@@ -596,11 +596,14 @@ async def test_the_cancel_reason_is_kept(server: Any) -> None:
 
 async def test_a_job_out_of_retries_fails_with_the_reason(server: Any) -> None:
     worker = await server.connected_worker()
-    job_id = await server.running_job(worker, max_retries=0)
-    assert (await worker.disconnect()).status == 200
+    job_id = await server.running_job(worker, max_retries=1)
+    assert (await worker.report(job_id, "failed", error="exit code 1: KeyError: 'x'")).status == 200
+    # Its only worker: the retry comes back to it (there is no other to prefer).
+    assert (await worker.take_job())["job_id"] == job_id
+    assert (await worker.report(job_id, "failed", error="exit code 1: KeyError: 'y'")).status == 200
     job = await server.wait_job(job_id, "failed")
-    assert "no retries left (max_retries=0)" in job["error"]
-    assert "disconnected" in job["error"]
+    assert job["error"] == "exit code 1: KeyError: 'y'; no retries left (max_retries=1)"
+    assert [a["kind"] for a in job["attempt_history"]] == ["job_error", "job_error"]
     worker.close()
 
 

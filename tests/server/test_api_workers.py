@@ -434,7 +434,7 @@ async def test_completed_report_ends_the_job_and_frees_the_worker(server: Any) -
 
 async def test_failed_report_keeps_the_agents_error(server: Any) -> None:
     worker = await server.connected_worker()
-    job_id = await server.running_job(worker)
+    job_id = await server.running_job(worker, max_retries=0)  # a job error: no retry
     resp = await worker.report(job_id, "failed", error="Training exited with code 1")
     assert resp.status == 200
     job = await server.wait_job(job_id, "failed")

@@ -18,11 +18,12 @@ if TYPE_CHECKING:
 def classify_report(
     job: JobActor, error: str, failure: dict[str, Any] | None
 ) -> tuple[Classified, str | None]:
-    """A failed report's kind and signature, and the job's error when it is poison
-    (the same job error on another worker before), else None."""
+    """A failed report's kind and signature, and the job's error when it must fail now:
+    poison (the same job error on another worker before), or a job no retry can help
+    (refused by the worker, its command not started). None: it may be retried."""
     ended = classify_failure(error, Evidence.from_report(failure))
     verdict = poison_verdict(job.failures, PastFailure(job.worker_id, ended.kind, ended.signature))
-    return ended, verdict
+    return ended, verdict if verdict is not None or ended.retry else error
 
 
 def note_end(

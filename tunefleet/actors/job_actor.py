@@ -352,20 +352,17 @@ class JobActor(JobFsmMixin, Actor):
             await self._end("complete", JobState.COMPLETED, None, now, reported)
         elif word == ReportedStatus.FAILED and self.stop_reason is None:
             # Retried (on another worker) unless poison or out of budget: retry_policy.py.
-            ended, poison = classify_report(
-                self, error or "the trainer reported a failure", evidence
-            )
-            if poison is not None:
-                await self._end("fail", JobState.FAILED, poison, now, reported, ended)
+            failure = error or "the trainer reported a failure"
+            ended, final = classify_report(self, failure, evidence)
+            if final is not None:
+                await self._end("fail", JobState.FAILED, final, now, reported, ended)
             else:
                 if reported:
                     await self.ctx.persistence.save_metrics(
                         self.job_id, self.attempts, reported, now
                     )
                 self._release_worker(hold=True)
-                await self._requeue_or_fail(
-                    error or "the trainer reported a failure", now, ended=ended
-                )
+                await self._requeue_or_fail(failure, now, ended=ended)
                 return
         elif self.stop_is_timeout:
             await self._end("fail", JobState.FAILED, self.stop_reason, now, reported, _TIMEOUT)
@@ -552,6 +549,8 @@ class JobActor(JobFsmMixin, Actor):
                 f"{reason}; no retries left for infrastructure failures "
                 f"(infra_retries={self.infra_retries})"
             )
+        elif ended.kind == FailureKind.JOB_ERROR and self.max_retries == 0:
+            error = reason  # the trainer's own words, as a job never retried always had
         else:
             error = f"{reason}; no retries left (max_retries={self.max_retries})"
         await self._record_end(JobState.FAILED, error, now, worker_id, None, ended)

@@ -83,6 +83,9 @@ class Classified:
     # across workers). infrastructure: what gave the machine away ("Xid 79 on GPU 1",
     # "CUDA error", "OOM-killed"), shown in quarantine reasons. Else None.
     signature: str | None
+    # False when no retry can help: the worker refused the job, or its command could not
+    # start (the job's setup, not a run): it fails at once.
+    retry: bool = True
 
 
 # --- infrastructure patterns: checked on the error and every line of the tail ----------
@@ -112,6 +115,8 @@ _INFRA_PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"No space left on device|ENOSPC|Disk quota exceeded", re.I), "disk full"),
     (re.compile(r"CUDA error|cudaError\w*|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+", re.I), "CUDA error"),
 )
+# The agent's words for a job it did not run: a retry would meet the same refusal.
+_NOT_RUN = ("refused by this worker", "cannot start command")
 # A CUDA allocation failure is the job's (see the module's docstring).
 _CUDA_OOM = re.compile(r"out of memory", re.I)
 
@@ -150,7 +155,10 @@ def classify_failure(error: str | None, evidence: Evidence | None = None) -> Cla
         return Classified(FailureKind.INFRASTRUCTURE, "killed by SIGKILL (OOM killer?)")
     if error and error.startswith("worker agent error"):
         return Classified(FailureKind.INFRASTRUCTURE, "worker agent error")
-    return Classified(FailureKind.JOB_ERROR, job_signature(error, evidence.log_tail))
+    signature = job_signature(error, evidence.log_tail)
+    if error and error.startswith(_NOT_RUN):
+        return Classified(FailureKind.JOB_ERROR, signature, retry=False)
+    return Classified(FailureKind.JOB_ERROR, signature)
 
 
 def infrastructure_sign(lines: Iterable[str]) -> str | None:
