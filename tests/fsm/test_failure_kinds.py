@@ -191,3 +191,16 @@ def test_a_machine_fault_anywhere_in_the_tail_is_infrastructure(
     assert (
         classify_failure("exit code 1", Evidence(log_tail=tail)).kind == FailureKind.INFRASTRUCTURE
     )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "refused by this worker: command 'sh' is not among the allowed commands",
+        "cannot start command 'trainer': No such file or directory",
+    ],
+)
+def test_a_job_that_never_ran_is_not_retried(error: str) -> None:
+    classified = classify_failure(error)
+    assert (classified.kind, classified.retry) == (FailureKind.JOB_ERROR, False)
+    assert classify_failure("exit code 1: KeyError: 'x'").retry is True

@@ -26,6 +26,25 @@ def classify_report(
     return ended, verdict if verdict is not None or ended.retry else error
 
 
+def out_of_budget_error(job: JobActor, reason: str, ended: Classified) -> str:
+    """The error of a job whose lost, undelivered or failed attempt was its last: which
+    budget ran out, and what to do."""
+    if ended.kind == FailureKind.UNDELIVERED and not job.deliveries_left():
+        return (
+            f"dispatched {job.undelivered} times and never acknowledged (last: {reason}); "
+            "check the agents of the workers it was sent to (its attempt history): "
+            "that they run, stay connected, and what their logs say about the job"
+        )
+    if not job.infra_retries_left():
+        return (
+            f"{reason}; no retries left for infrastructure failures "
+            f"(infra_retries={job.infra_retries})"
+        )
+    if ended.kind == FailureKind.JOB_ERROR and job.max_retries == 0:
+        return reason  # the trainer's own words, as a job never retried always had
+    return f"{reason}; no retries left (max_retries={job.max_retries})"
+
+
 def note_end(
     job: JobActor,
     worker_id: str | None,

@@ -10,7 +10,7 @@ import structlog
 
 from tunefleet.actors import messages as m
 from tunefleet.actors.approvals import decide_approval
-from tunefleet.actors.attempt_ends import classify_report, note_end
+from tunefleet.actors.attempt_ends import classify_report, note_end, out_of_budget_error
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.matching import PendingJob
 from tunefleet.actors.progress_merge import MergedProgress, ProgressTooLarge, merge_progress
@@ -75,9 +75,7 @@ class JobActor(JobFsmMixin, Actor):
             self.rec.priority,
             self.rec.seq,
             self.rec.requirements(),
-            avoid=avoided_workers(self.failures).union(
-                (self.unacknowledged_by,) if self.unacknowledged_by else ()
-            ),
+            avoid=avoided_workers(self.failures, self.unacknowledged_by),
             shun=shunned_workers(self.failures),
             user=self.rec.user_name,
             team=self.rec.team_name,
@@ -538,21 +536,7 @@ class JobActor(JobFsmMixin, Actor):
             self.ctx.scheduler.tell(m.JobWaiting(self.pending_view()))
             self._publish()
             return
-        if undelivered and not self.deliveries_left():
-            error = (
-                f"dispatched {self.undelivered} times and never acknowledged (last: {reason}); "
-                "check the agents of the workers it was sent to (its attempt history): "
-                "that they run, stay connected, and what their logs say about the job"
-            )
-        elif not self.infra_retries_left():
-            error = (
-                f"{reason}; no retries left for infrastructure failures "
-                f"(infra_retries={self.infra_retries})"
-            )
-        elif ended.kind == FailureKind.JOB_ERROR and self.max_retries == 0:
-            error = reason  # the trainer's own words, as a job never retried always had
-        else:
-            error = f"{reason}; no retries left (max_retries={self.max_retries})"
+        error = out_of_budget_error(self, reason, ended)
         await self._record_end(JobState.FAILED, error, now, worker_id, None, ended)
         await self._stop_self()
 

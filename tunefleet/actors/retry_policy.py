@@ -51,13 +51,17 @@ def poison_verdict(history: Sequence[PastFailure], failure: PastFailure) -> str 
     return None
 
 
-def avoided_workers(history: Iterable[PastFailure]) -> frozenset[str]:
-    """The workers where this job failed: its retries go elsewhere while others fit."""
-    return frozenset(
+def avoided_workers(
+    history: Iterable[PastFailure], unacknowledged_by: str | None = None
+) -> frozenset[str]:
+    """The workers where this job failed, and the one that did not acknowledge its last
+    dispatch: its retries go elsewhere while others fit."""
+    failed = {
         past.worker_id
         for past in history
         if past.worker_id is not None and past.kind in _WORKER_FAULTS
-    )
+    }
+    return frozenset(failed | {unacknowledged_by} if unacknowledged_by else failed)
 
 
 def shunned_workers(history: Iterable[PastFailure]) -> frozenset[str]:
