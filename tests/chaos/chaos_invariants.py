@@ -32,6 +32,7 @@ What each family proves, and what it cannot:
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -221,8 +222,17 @@ def check_outcome(job: JobView, findings: Findings) -> None:
 
 
 def _out_of_retries(job: JobView, outcomes: list[str | None]) -> bool:
+    """Failed after its last retry: a lost worker spends the infrastructure budget (the
+    server's --infra-retries, named in the error), a job error one of max_retries."""
+    infra = _INFRA_SPENT.search(str(job.error))
+    if infra is not None:
+        # Each lost attempt, and the last one, which ended the job (outcome failed).
+        return outcomes.count("lost") + 1 == int(infra.group(1)) + 1
     undelivered = outcomes.count("undelivered")
     return job.attempts - undelivered == job.max_retries + 1 and "no retries left" in str(job.error)
+
+
+_INFRA_SPENT = re.compile(r"no retries left for infrastructure failures \(infra_retries=(\d+)\)")
 
 
 def _never_acknowledged(job: JobView, outcomes: list[str | None]) -> bool:

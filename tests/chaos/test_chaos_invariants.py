@@ -202,6 +202,13 @@ def test_failed_only_after_its_retries_with_a_reason() -> None:
     )
     evidence.jobs["j_1"] = exhausted
     assert check(evidence).violations == []
+    # A lost worker spends the infrastructure budget (issue 26), named in the error.
+    lost_first = replace_attempt(exhausted, 1, outcome="lost", reason="worker w lost")
+    infra = "worker w lost; no retries left for infrastructure failures (infra_retries={})"
+    evidence.jobs["j_1"] = dataclasses.replace(lost_first, error=infra.format(1))
+    assert check(evidence).violations == []
+    evidence.jobs["j_1"] = dataclasses.replace(lost_first, error=infra.format(5))
+    assert any("never fails by itself" in v for v in check(evidence).violations)
     evidence.jobs["j_1"] = dataclasses.replace(exhausted, error=None)
     assert any("failed without a recorded reason" in v for v in check(evidence).violations)
 
