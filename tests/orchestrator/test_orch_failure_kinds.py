@@ -197,6 +197,12 @@ async def test_a_quarantined_ephemeral_worker_is_told_to_exit(harness: FleetHarn
     await harness.settle()
     [shutdown] = agent.received("shutdown")
     assert "quarantined: bad disk" in shutdown.data["reason"]
+    # Back again (its agent restarted): told again.
+    agent.close_stream()
+    await agent.register()
+    await agent.connect()
+    await harness.settle()
+    assert [e.data["reason"] for e in agent.received("shutdown")] == [shutdown.data["reason"]] * 2
 
 
 async def test_job_errors_of_jobs_that_then_succeed_elsewhere_quarantine_the_worker(

@@ -300,6 +300,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         self.force_replay_job = None
         if self.drain_requested:
             self.push(DrainEvent())
+        quarantine.on_stream_opened(self)
         self.rec.last_seen_at = self.ctx.clock.time()
         self._announce()
         return conn

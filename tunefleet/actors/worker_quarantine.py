@@ -75,6 +75,13 @@ async def release(worker: WorkerActor, actor: str) -> dict[str, Any]:
     return worker.snapshot()
 
 
+def on_stream_opened(worker: WorkerActor) -> None:
+    """A quarantined ephemeral worker that (re)connects with nothing to run is told to
+    exit again: it would only wait for a job it will never get."""
+    if worker.quarantined and worker.rec.worker_type == "ephemeral" and not worker.current_job_id:
+        worker.push(ShutdownEvent(reason=f"worker quarantined: {worker.rec.quarantine_reason}"))
+
+
 def remember_end(worker: WorkerActor, msg: m.AttemptEnded) -> None:
     """Note the end; a completed one (no await: it never quarantines) needs no more."""
     kind = FailureKind(msg.kind) if msg.kind else None
