@@ -1,5 +1,5 @@
 """The admin's paths in the browser: sign in, create a worker and connect its agent, drain,
-resume, rotate the token, delete; and a page that notices a lost orchestrator."""
+resume, quarantine, release, rotate the token, delete; and a page that notices a lost orchestrator."""
 
 from __future__ import annotations
 
@@ -100,6 +100,15 @@ def test_admin_creates_connects_drains_resumes_rotates_and_deletes_a_worker(
 
     row.get_by_role("button", name=f"Resume {name}").click()
     expect(row.locator(".badge")).to_have_text("idle")
+
+    # A bad machine out of the pool by hand, and back (issue 26).
+    row.get_by_role("button", name=f"Quarantine {name}").click()
+    page.get_by_role("dialog").get_by_role("button", name="Quarantine", exact=True).click()
+    expect(row.locator(".cell-note.quarantined")).to_contain_text("quarantined: quarantined by")
+    expect(row.locator(".badge")).to_have_text("idle")  # connected, keeps its state
+    row.get_by_role("button", name=f"Release {name}").click()
+    expect(row.locator(".cell-note.quarantined")).to_have_count(0)
+    expect(row.get_by_role("button", name=f"Quarantine {name}")).to_be_visible()
 
     row.get_by_role("button", name=f"Rotate token {name}").click()
     confirm = page.get_by_role("dialog")
