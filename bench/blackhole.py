@@ -90,8 +90,7 @@ async def _simulate(data_dir: Path, settings: FleetSettings, broken: bool) -> Ru
         ]
         started = time.perf_counter()
         job_ids = [str((await fleet.submit(_job(), actor="bench"))["job_id"]) for _ in range(JOBS)]
-        while fleet.ctx.jobs:  # a job's actor stops when the job ends
-            await asyncio.sleep(0.01)
+        await _all_ended(fleet)
         makespan = time.perf_counter() - started
         for task in tasks:
             task.cancel()
@@ -103,6 +102,15 @@ async def _simulate(data_dir: Path, settings: FleetSettings, broken: bool) -> Ru
             if name == "broken":
                 reason = fleet.ctx.workers[wid].rec.quarantine_reason
         return Run(makespan, lost[0], failed, reason)
+
+
+async def _all_ended(fleet: Fleet) -> None:
+    """Until every job has ended: its actor stops then (polled: no event says it)."""
+    for _ in range(100_000):  # bounded: 1,000 s
+        if not fleet.ctx.jobs:
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError(f"{len(fleet.ctx.jobs)} jobs never ended")
 
 
 async def _worker(

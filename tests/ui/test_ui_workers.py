@@ -1,5 +1,6 @@
 """The admin's paths in the browser: sign in, create a worker and connect its agent, drain,
-resume, quarantine, release, rotate the token, delete; and a page that notices a lost orchestrator."""
+resume, quarantine, release, rotate the token, delete; and a page that notices a lost
+orchestrator."""
 
 from __future__ import annotations
 
