@@ -172,6 +172,17 @@ async def test_attempts_start_ack_end(store: Store, clock: list[float]) -> None:
         (2, "w_2", None),
     ]
     assert (attempts[0].started_at, attempts[0].reason) == (5.0, "heartbeat timeout")
+    assert (attempts[0].kind, attempts[0].signature) == (None, None)  # none given
+    # An end's kind and signature (issue 26) are stored with it.
+    assert await store.end_attempt(
+        "j_1", 2, outcome="failed", kind="infrastructure", signature="Xid 79 on GPU 1"
+    )
+    ended = (await store.list_attempts("j_1"))[1]
+    assert (ended.outcome, ended.kind, ended.signature) == (
+        "failed",
+        "infrastructure",
+        "Xid 79 on GPU 1",
+    )
     with pytest.raises(pw.IntegrityError):
         await store.start_attempt("j_missing", 1, worker_id="w_1")
 

@@ -324,6 +324,8 @@ class Store:
         outcome: str,
         reason: str | None = None,
         ended_at: float | None = None,
+        kind: str | None = None,
+        signature: str | None = None,
     ) -> bool:
         end = partial(
             self._jobs.end_attempt,
@@ -332,6 +334,8 @@ class Store:
             outcome=outcome,
             reason=reason,
             ended_at=ended_at,
+            kind=kind,
+            signature=signature,
         )
         return await self.db.write(end)
 
