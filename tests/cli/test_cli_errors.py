@@ -24,6 +24,8 @@ EVERY_COMMAND = [
     ("workers", "create", "nobody"),
     ("workers", "drain", "w_x"),
     ("workers", "resume", "w_x"),
+    ("workers", "quarantine", "w_x"),
+    ("workers", "release", "w_x"),
     ("workers", "rotate-token", "w_x"),
     ("workers", "delete", "w_x", "--yes"),
     ("jobs", "submit", "quick"),

@@ -177,6 +177,32 @@ def test_drain_resume_rotate_and_delete_a_live_worker(
     assert gone.value.status == 404
 
 
+def test_quarantine_and_release_a_live_worker(
+    tf: Invoke, orchestrator: Orchestrator, second_agent: tuple[Agent, str]
+) -> None:
+    _, worker_id = second_agent
+    done = tf("workers", "quarantine", worker_id, "--reason", "ECC errors on GPU 0")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.startswith(f"Quarantined {worker_id} (now idle): ECC errors on GPU 0.")
+    assert f"Undo with: tunefleet workers release {worker_id}" in done.stdout
+    again = tf("workers", "quarantine", worker_id)
+    assert again.exit_code == 1 and "already quarantined" in again.stderr
+    listed = tf("workers", "list")
+    assert "quarantined" in next(ln for ln in listed.stdout.splitlines() if worker_id in ln)
+    shown = tf("workers", "show", worker_id)
+    assert "ECC errors on GPU 0" in shown.stdout
+    released = tf("workers", "release", worker_id, "--json")
+    assert json.loads(released.stdout) == {
+        "success": True,
+        "worker_id": worker_id,
+        "status": "idle",
+        "quarantined": False,
+        "quarantine_reason": None,
+    }
+    assert tf("workers", "release", worker_id).exit_code == 1  # 409: not quarantined
+    assert orchestrator.worker(worker_id)["quarantined"] is False
+
+
 def test_delete_of_a_drained_persistent_worker_advises_force_and_force_works(
     tf: Invoke, orchestrator: Orchestrator, second_agent: tuple[Agent, str]
 ) -> None:
