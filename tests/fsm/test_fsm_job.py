@@ -22,6 +22,7 @@ from tunefleet.fsm import (
     JobFsmMixin,
     JobState,
 )
+from tunefleet.fsm.job import DEFAULT_INFRA_RETRIES
 
 STATES = [state.value for state in JobState]
 EVENTS = sorted({row["trigger"] for row in JOB_TRANSITIONS})
@@ -61,12 +62,20 @@ class Job(JobFsmMixin):
 
 
 def contract(
-    state: str, event: str, attempts: int, max_retries: int, undelivered: int = 0
+    state: str,
+    event: str,
+    attempts: int,
+    max_retries: int,
+    undelivered: int = 0,
+    infra: int = 0,
+    infra_retries: int = DEFAULT_INFRA_RETRIES,
 ) -> tuple[str, int] | None:
     """The contract's prose, written independently of the table: (new state, attempts)
     or None when the event is illegal. ``undelivered`` counts the dispatches never
     acknowledged (for a lose, the one being lost included): they spend no retry, and
-    the bound-th of them fails the job."""
+    the bound-th of them fails the job. ``infra`` counts the attempts ended by
+    infrastructure failures (a lose's included): they spend their own budget,
+    ``infra_retries``, not a retry."""
     live = state in ("pending", "dispatched", "running")
     if event == "approve":
         return ("pending", attempts) if state == "pending_approval" else None
@@ -74,7 +83,7 @@ def contract(
         return ("cancelled", attempts) if state == "pending_approval" else None
     if event == "cancel":
         return ("cancelled", attempts) if live or state == "pending_approval" else None
-    spent = attempts - undelivered
+    spent = attempts - undelivered - infra
     if event == "dispatch":
         ok = state == "pending" and spent < max_retries + 1
         return ("dispatched", attempts + 1) if ok else None
@@ -87,7 +96,7 @@ def contract(
     if event == "lose":
         if state not in ("dispatched", "running"):
             return None
-        requeued = spent <= max_retries and undelivered < MAX_UNDELIVERED
+        requeued = spent <= max_retries and undelivered < MAX_UNDELIVERED and infra <= infra_retries
         return ("pending" if requeued else "failed", attempts)
     raise AssertionError(f"the contract has no job event {event}")
 
@@ -267,10 +276,15 @@ def test_cancelling_a_completed_job_names_the_job_and_its_state() -> None:
 class JobLifecycle(RuleBasedStateMachine):
     """One job under random events, legal or not, against the contract."""
 
-    @initialize(max_retries=st.integers(min_value=0, max_value=3), held=st.booleans())
-    def submit(self, max_retries: int, held: bool) -> None:
+    @initialize(
+        max_retries=st.integers(min_value=0, max_value=3),
+        infra_retries=st.integers(min_value=0, max_value=3),
+        held=st.booleans(),
+    )
+    def submit(self, max_retries: int, infra_retries: int, held: bool) -> None:
         # held: an approval rule matched at submit, so the job starts awaiting approval.
         self.job = Job("pending_approval" if held else "pending", max_retries=max_retries)
+        self.job.infra_retries = infra_retries
         self.terminal_at: str | None = None
         self.dispatches = 0
 
@@ -292,9 +306,24 @@ class JobLifecycle(RuleBasedStateMachine):
             self.job.undelivered += 1
             self._fire("lose")
 
+    @rule(times=st.integers(min_value=1, max_value=3))
+    def fail_for_infrastructure(self, times: int) -> None:
+        """What the job actor does when the worker is lost or the trainer dies of a
+        machine fault (issue 26): count it in its own budget, then lose the attempt."""
+        for _ in range(times):
+            if self.job.state == "pending":
+                self._fire("dispatch")
+            if self.job.state == "dispatched":
+                self._fire("start")
+            if self.job.state != "running":
+                return
+            self.job.infra_failures += 1
+            self._fire("lose")
+
     def _fire(self, event: str) -> None:
         before = self.job.facts()
-        expected = contract(before[0], event, before[1], before[2], before[3])
+        job = self.job
+        expected = contract(before[0], event, *before[1:], job.infra_failures, job.infra_retries)
         assert JOB_LIFECYCLE.can_fire(self.job, event) == (expected is not None)
         if expected is None:
             with pytest.raises(IllegalTransition):
@@ -320,7 +349,11 @@ class JobLifecycle(RuleBasedStateMachine):
         assert self.job.attempts == self.dispatches
         if self.job.state == "pending_approval":
             assert self.job.attempts == 0, "nothing runs before approval"
-        assert 0 <= self.job.attempts - self.job.undelivered <= self.job.max_retries + 1
+        job = self.job
+        assert 0 <= job.attempts - job.undelivered - job.infra_failures <= job.max_retries + 1
+        assert 0 <= job.infra_failures <= job.infra_retries + 1
+        if job.infra_failures == job.infra_retries + 1:
+            assert job.state == "failed", "past its infrastructure budget the job fails"
         assert 0 <= self.job.undelivered <= MAX_UNDELIVERED
         if self.job.undelivered == MAX_UNDELIVERED:
             assert self.job.state == "failed", "the bound-th undelivered dispatch fails it"
