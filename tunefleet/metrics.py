@@ -82,7 +82,7 @@ class Metrics:
         )
         self.workers_quarantined = Gauge(
             "workers_quarantined",
-            "Workers quarantined now (taking no new job).",
+            "Workers quarantined now (taking no new job); set when /metrics is read.",
             namespace=NAMESPACE,
             registry=r,
         )

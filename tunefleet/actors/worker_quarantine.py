@@ -49,7 +49,6 @@ async def quarantine(worker: WorkerActor, reason: str, actor: str) -> dict[str, 
     )
     how = "automatic" if actor == AUTOMATIC else "manual"
     worker.ctx.metrics.quarantines.labels(how=how).inc()
-    _count(worker)
     log.warning("worker quarantined", worker_id=worker.worker_id, reason=reason, by=actor)
     if worker.rec.worker_type == "ephemeral" and worker.current_job_id is None:
         worker.push(ShutdownEvent(reason=f"worker quarantined: {reason}"))
@@ -70,7 +69,6 @@ async def release(worker: WorkerActor, actor: str) -> dict[str, Any]:
     await worker.ctx.audit.record(
         AuditKind.WORKER_RELEASED, actor=actor, target=worker.worker_id, was=reason
     )
-    _count(worker)
     worker._announce()
     return worker.snapshot()
 
@@ -113,8 +111,3 @@ async def _consider(worker: WorkerActor) -> None:
     )
     if reason is not None:
         await quarantine(worker, reason, AUTOMATIC)
-
-
-def _count(worker: WorkerActor) -> None:
-    quarantined = sum(1 for w in worker.ctx.workers.values() if w.quarantined)
-    worker.ctx.metrics.workers_quarantined.set(quarantined)

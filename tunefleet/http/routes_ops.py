@@ -69,6 +69,9 @@ async def metrics(request: web.Request) -> web.StreamResponse:
         for worker in fleet.ctx.workers.values():
             counts[worker.state] = counts.get(worker.state, 0) + 1
         registry.set_worker_counts(counts)
+        registry.workers_quarantined.set(
+            sum(1 for w in fleet.ctx.workers.values() if w.quarantined)
+        )
         jobs = fleet.ctx.jobs.values()
         registry.queue_depth.set(sum(1 for j in jobs if j.state == JobState.PENDING))
         registry.jobs_running.set(
