@@ -28,7 +28,7 @@ from structlog.testing import capture_logs
 from tests.e2e.harness import free_port
 from tests.server.conftest import ADMIN_TOKEN, options_for
 from tests.server.protocol import eventually
-from tunefleet.http import serving
+from tunefleet.http import connections, serving
 from tunefleet.http.app import build_app
 from tunefleet.http.connections import ConnectionGuard, GuardedRequestHandler
 from tunefleet.limits import Limits
@@ -141,6 +141,33 @@ async def test_past_the_cap_a_new_connection_is_closed_and_the_address_is_served
             held_writer.close()
         await eventually(lambda: answers(base), "/healthz once the five are closed")
         assert await refused_total(base, "address_cap") >= 2
+
+
+class _Peer(asyncio.BaseTransport):
+    def __init__(self, peer: object) -> None:
+        super().__init__()
+        self._peer = peer
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._peer if name == "peername" else default
+
+
+@pytest.mark.parametrize(
+    ("peer", "counted_as"),
+    [
+        (("127.0.0.1", 5000), "127.0.0.1"),
+        # A dual-stack listener sees IPv4 clients as mapped IPv6: one address, one cap.
+        (("::ffff:127.0.0.1", 5000, 0, 0), "127.0.0.1"),
+        # One host holds a whole /64: an address each would be no cap at all.
+        (("2001:db8::1", 5000, 0, 0), "2001:db8::/64"),
+        (("2001:db8::2", 5000, 0, 0), "2001:db8::/64"),
+        ("/run/tunefleet.sock", ""),  # a Unix socket: not capped
+    ],
+)
+def test_connections_are_counted_by_address_as_failed_sign_ins_are(
+    peer: object, counted_as: str
+) -> None:
+    assert connections._peer_host(_Peer(peer)) == counted_as
 
 
 async def test_no_cap_with_zero(tmp_path: Path) -> None:
