@@ -188,6 +188,7 @@ async def download_artifact(
 
 
 def submit_body(source: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
-    """A submit body: the config source's fields, then those set (None left out)."""
-    body = {**source, **fields}
+    """A submit body: the config source's fields (``config_name``, or ``config`` with its
+    ``name``), overridden by those set; None is "not set", never sent."""
+    body = {**source, **{key: value for key, value in fields.items() if value is not None}}
     return {key: value for key, value in body.items() if value is not None}
