@@ -159,3 +159,18 @@ async def test_a_stream_failing_past_the_window_raises() -> None:
     lines = ops.follow_logs(api, "j_1", reconnect_window_s=-1, clock=clock)  # type: ignore[arg-type]
     with pytest.raises(Unreachable, match="gone"):
         await lines.__anext__()
+
+
+def test_the_client_room_needs_no_server_and_no_command_line() -> None:
+    """A pipeline imports tunefleet.client alone: it reaches into the wire (protocol),
+    tokens and errors, never the orchestrator's rooms or the CLI (click, rich)."""
+    from tests.protocol.test_protocol_rooms import PACKAGE, imported_modules
+
+    allowed = ("tunefleet.client", "tunefleet.protocol", "tunefleet.errors", "tunefleet.tokens")
+    found = set()
+    for path in (PACKAGE / "client").rglob("*.py"):
+        for module in imported_modules(path):
+            ours = module.startswith("tunefleet.") and module != "tunefleet.__version__"
+            if ours and not module.startswith(allowed):
+                found.add((path.name, module))
+    assert found == set()
