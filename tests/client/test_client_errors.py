@@ -4,6 +4,7 @@ against nothing at all."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import socket
@@ -214,3 +215,30 @@ def test_the_api_json_is_kept_whole(scripted: Scripted) -> None:
     with Client(scripted.url, token="tf_x") as tf:
         job = tf.get("j_1")
     assert job["status"] == "running" and json.loads(json.dumps(job))["something_new"] == [1, 2]
+
+
+def test_it_works_inside_a_running_event_loop_as_in_a_notebook(scripted: Scripted) -> None:
+    """Jupyter runs cells inside its own event loop; asyncio.run would refuse there."""
+    scripted.json("/api/queue/j_1", 200, {**JOB, "status": "completed"})
+
+    async def cell() -> str:
+        with Client(scripted.url, token="tf_x") as tf:
+            return tf.wait("j_1", timeout_s=5)["status"]
+
+    assert asyncio.run(cell()) == "completed"
+
+
+def test_callbacks_run_where_they_may_use_the_client_or_are_told_not_to(
+    scripted: Scripted, tmp_path: Path
+) -> None:
+    scripted.json("/api/queue/j_1", 200, {**JOB, "status": "completed"})
+    data = b"x" * 10
+    _artifact_routes(scripted, data, hashlib.sha256(data).hexdigest())
+    with Client(scripted.url, token="tf_x") as tf:
+        seen: list[str] = []
+        # on_poll runs in the caller's thread: calling the client there is fine.
+        tf.wait("j_1", timeout_s=5, on_poll=lambda job: seen.append(tf.get("j_1")["status"]))
+        assert seen == ["completed"]
+        # on_bytes runs on the client's own loop: a call there is refused, not a hang.
+        with pytest.raises(ClientError, match="from a callback the client runs"):
+            tf.download("j_1", to=tmp_path, on_bytes=lambda _n: tf.get("j_1") and None)

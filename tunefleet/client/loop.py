@@ -32,6 +32,12 @@ class LoopThread:
         if self.closed:
             coro.close()
             raise ClientError("this Client is closed; make a new one")
+        if threading.current_thread() is self._thread:
+            coro.close()  # waiting on our own loop from inside it would never return
+            raise ClientError(
+                "a Client method was called from a callback the client runs (on_bytes); "
+                "call it after the method returns"
+            )
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result()

@@ -107,6 +107,41 @@ async def read_metrics(
     return points
 
 
+async def polls(
+    api: Transport,
+    job_id: str,
+    *,
+    timeout_s: float | None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+    **policy: float,
+) -> AsyncGenerator[Job, None]:
+    """Each answer of ``GET /api/queue/{id}``, polled with backoff, until the job ends
+    (the last one yielded is terminal). An unreachable orchestrator (a restart, a
+    failover) is waited out within the timeout. Raises ``WaitTimeout`` when
+    ``timeout_s`` passes first."""
+    pause = sleep or asyncio.sleep
+    deadline = None if timeout_s is None else clock() + timeout_s
+    status = "unknown"
+    count = 0
+    while True:
+        try:
+            job = cast(Job, await api.get(job_path(job_id)))
+        except Unreachable:
+            if deadline is not None and clock() >= deadline:
+                raise
+        else:
+            status = job["status"]
+            yield job
+            if status in TERMINAL:
+                return
+        remaining = None if deadline is None else deadline - clock()
+        if remaining is not None and remaining <= 0:
+            raise WaitTimeout(job_id, status, float(timeout_s or 0))
+        await pause(next_sleep(count, remaining, **policy))
+        count += 1
+
+
 async def wait(
     api: Transport,
     job_id: str,
@@ -117,30 +152,14 @@ async def wait(
     sleep: Callable[[float], Awaitable[None]] | None = None,
     **policy: float,
 ) -> Job:
-    """Poll ``GET /api/queue/{id}`` with backoff until the job ends; returns its detail.
-    An unreachable orchestrator (a restart, a failover) is waited out within the
-    timeout. Raises ``WaitTimeout`` when ``timeout_s`` passes first."""
-    pause = sleep or asyncio.sleep
-    deadline = None if timeout_s is None else clock() + timeout_s
-    status = "unknown"
-    polls = 0
-    while True:
-        try:
-            job = cast(Job, await api.get(job_path(job_id)))
-        except Unreachable:
-            if deadline is not None and clock() >= deadline:
-                raise
-        else:
-            status = job["status"]
-            if on_poll is not None:
-                on_poll(job)
-            if status in TERMINAL:
-                return job
-        remaining = None if deadline is None else deadline - clock()
-        if remaining is not None and remaining <= 0:
-            raise WaitTimeout(job_id, status, float(timeout_s or 0))
-        await pause(next_sleep(polls, remaining, **policy))
-        polls += 1
+    """``polls`` to the end: the job's final detail; ``on_poll`` sees each answer."""
+    last: Job | None = None
+    async for job in polls(api, job_id, timeout_s=timeout_s, clock=clock, sleep=sleep, **policy):
+        last = job
+        if on_poll is not None:
+            on_poll(job)
+    assert last is not None  # polls returns only after yielding a terminal job
+    return last
 
 
 async def list_artifacts(api: Transport, job_id: str) -> Artifacts:

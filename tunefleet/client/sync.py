@@ -196,17 +196,19 @@ class Client:
         Raises ``WaitTimeout`` (a ``TimeoutError``) after ``timeout_s`` (None: no
         limit); the job goes on. ``check=True`` raises ``JobFailed`` unless it completed.
         """
-        job = self._loop.run(
-            ops.wait(
-                self._transport,
-                job_id,
-                timeout_s=timeout_s,
-                on_poll=on_poll,
-                initial_s=poll_initial_s,
-                max_s=poll_max_s,
-                factor=FACTOR,
-            )
+        job: Job | None = None
+        answers = ops.polls(
+            self._transport,
+            job_id,
+            timeout_s=timeout_s,
+            initial_s=poll_initial_s,
+            max_s=poll_max_s,
+            factor=FACTOR,
         )
+        for job in self._loop.iterate(answers):
+            if on_poll is not None:
+                on_poll(job)  # here, in the caller's thread: it may call the client
+        assert job is not None  # polls ends only after a terminal answer, or raises
         if check and job["status"] != "completed":
             raise JobFailed(job)
         return job
