@@ -131,13 +131,8 @@ def _log(seq: int) -> SseEvent:
     return SseEvent(str(seq), "log", f'{{"seq": {seq}, "attempt": 1, "line": "l{seq}"}}')
 
 
-async def test_a_followed_stream_reconnects_after_the_last_line_seen(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async def no_sleep(_s: float) -> None:
-        return None
-
-    monkeypatch.setattr(ops.asyncio, "sleep", no_sleep)
+async def test_a_followed_stream_reconnects_after_the_last_line_seen() -> None:
+    clock = Clock()
     end = SseEvent(None, "end", '{"status": "completed"}')
     api = Script(
         [],
@@ -148,9 +143,11 @@ async def test_a_followed_stream_reconnects_after_the_last_line_seen(
             [_log(3), end],
         ],
     )
-    lines = [line async for line in ops.follow_logs(api, "j_1")]  # type: ignore[arg-type]
+    follow = ops.follow_logs(api, "j_1", clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+    lines = [line async for line in follow]
     assert [line["seq"] for line in lines] == [0, 1, 2, 3]
     assert [opened["from_seq"] for opened in api.opened] == [0, 2, 2, 3]
+    assert clock.slept == [1.0, 1.0, 1.0]  # one pause before each reconnect
 
 
 async def test_a_stream_failing_past_the_window_raises() -> None:

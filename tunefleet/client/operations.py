@@ -61,6 +61,7 @@ async def follow_logs(
     from_seq: int = 0,
     reconnect_window_s: float = RECONNECT_WINDOW_S,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[LogLine, None]:
     """Every line from ``from_seq``, then new ones as they come, until the job ends. A
     stream that breaks (an orchestrator restart, a failover) is opened again from the
@@ -88,7 +89,7 @@ async def follow_logs(
             failing_since = failing_since if failing_since is not None else now
             if now - failing_since > reconnect_window_s:
                 raise
-            await asyncio.sleep(1.0)
+            await (sleep or asyncio.sleep)(1.0)
 
 
 async def read_metrics(
