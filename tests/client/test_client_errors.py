@@ -202,7 +202,8 @@ def test_a_part_file_is_continued_with_a_range_request(scripted: Scripted, tmp_p
 
 
 def test_a_closed_client_says_so() -> None:
-    tf = Client("http://127.0.0.1:9", token="tf_x")
+    tf = Client("http://127.0.0.1:9", token="tf_secret")
+    assert repr(tf) == "Client(url='http://127.0.0.1:9', urls=1, token=set)"
     tf.close()
     tf.close()  # twice is fine
     with pytest.raises(ClientError, match="this Client is closed"):

@@ -92,6 +92,10 @@ class Client:
     ) -> None:
         self.close()
 
+    def __repr__(self) -> str:  # what a notebook shows; never the token
+        token = "set" if self._transport.conn.token else "none"
+        return f"Client(url={self.url!r}, urls={len(self.urls)}, token={token})"
+
     @property
     def url(self) -> str:
         """The orchestrator the client talks to now (after a failover, the active one)."""
