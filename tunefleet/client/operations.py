@@ -24,8 +24,9 @@ from tunefleet.client.errors import (
 )
 from tunefleet.client.transport import Transport, event_data
 from tunefleet.client.types import Artifact, Artifacts, Downloaded, Job, LogLine, MetricPoint
+from tunefleet.protocol.states import TERMINAL_JOB_STATUSES
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+TERMINAL = TERMINAL_JOB_STATUSES
 LOG_PAGE = 5000  # the API's largest page
 LOG_MAX_PAGES = 10_000  # 50 million lines: a bound, not a limit anyone should meet
 METRICS_PAGE = 10_000

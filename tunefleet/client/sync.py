@@ -33,6 +33,7 @@ from tunefleet.client.types import (
     Target,
     Worker,
 )
+from tunefleet.protocol.states import JOB_COMPLETED
 
 
 class Client:
@@ -213,7 +214,7 @@ class Client:
             if on_poll is not None:
                 on_poll(job)  # here, in the caller's thread: it may call the client
         assert job is not None  # polls ends only after a terminal answer, or raises
-        if check and job["status"] != "completed":
+        if check and job["status"] != JOB_COMPLETED:
             raise JobFailed(job)
         return job
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
-JobStatus: TypeAlias = Literal[
-    "pending_approval", "pending", "dispatched", "running", "completed", "failed", "cancelled"
-]
-WorkerStatus: TypeAlias = Literal["connecting", "idle", "busy", "draining", "offline"]
+from tunefleet.protocol.states import JobStatusName, WorkerStatusName
+
+JobStatus: TypeAlias = JobStatusName
+WorkerStatus: TypeAlias = WorkerStatusName
 Target: TypeAlias = Literal["worker", "local", "auto"]
 
 
