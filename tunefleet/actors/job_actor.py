@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tunefleet.actors import messages as m
+from tunefleet.actors import preemption
 from tunefleet.actors.approvals import decide_approval
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.matching import PendingJob
@@ -40,6 +41,7 @@ class JobActor(JobFsmMixin, Actor):
         self.state = record.state
         self.attempts = record.attempts
         self.undelivered = record.undelivered
+        self.preempted = record.preempted
         self.max_retries = record.max_retries
         self.worker_id: str | None = record.worker_id
         self.past_workers: set[str] = set()
@@ -49,6 +51,10 @@ class JobActor(JobFsmMixin, Actor):
         # Why the orchestrator asked the agent to stop ("cancelled by …" or "timeout").
         self.stop_reason: str | None = record.stop_reason
         self.stop_is_timeout = record.stop_is_timeout
+        # A preemption asked of the agent (preemption.py), and the workers that still owe
+        # a report on a preempted attempt (worker id -> attempt).
+        self.preempt_reason: str | None = record.preempt_reason
+        self.reports_owed: dict[str, int] = {}
         # This attempt's acknowledgement, run and cancel-grace timers: the job's own
         # (each expiry names its attempt, so a late one for an earlier attempt is ignored).
         self.timers: list[Any] = []
@@ -65,7 +71,7 @@ class JobActor(JobFsmMixin, Actor):
         return PendingJob(
             self.job_id,
             self.rec.priority,
-            self.rec.seq,
+            preemption.queue_seq(self.rec),
             self.rec.requirements(),
             avoid=self.unacknowledged_by,
             user=self.rec.user_name,
@@ -94,6 +100,10 @@ class JobActor(JobFsmMixin, Actor):
                 await self.on_run_timeout_expired(attempt)
             case m.CancelGraceExpired(attempt=attempt):
                 await self.on_cancel_grace_expired(attempt)
+            case m.PreemptJob(reason=reason, actor=actor):
+                return await preemption.request_preemption(self, reason, actor)
+            case m.PreemptGraceExpired(attempt=attempt):
+                await preemption.on_preempt_grace_expired(self, attempt)
             case _:
                 raise TypeError(f"JobActor cannot handle {type(message).__name__}")
         return None
@@ -197,6 +207,7 @@ class JobActor(JobFsmMixin, Actor):
 
     def _dispatched(self, token: str, now: float) -> None:
         self.upload_token = token
+        self.rec.preempted_last = False  # it left the head of its band
         self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
 
     def submit_event(self) -> JobSubmitEvent:
@@ -240,6 +251,8 @@ class JobActor(JobFsmMixin, Actor):
     # --- reports from the worker -------------------------------------------------------
 
     async def on_status(self, msg: m.StatusReported) -> dict[str, Any]:
+        if (owed := preemption.answer_owed_report(self, msg)) is not None:
+            return owed
         if msg.worker_id != self.worker_id:
             if msg.worker_id in self.past_workers:
                 raise Conflict(
@@ -332,6 +345,9 @@ class JobActor(JobFsmMixin, Actor):
     async def _finish_from_report(
         self, word: str, error: str | None, now: float, reported: dict[str, Any] | None
     ) -> None:
+        if preemption.preempting(self) and word != ReportedStatus.COMPLETED:
+            await preemption.end_preempted(self, now, reported, confirmed=True)
+            return
         if word == ReportedStatus.COMPLETED:
             await self._end("complete", JobState.COMPLETED, None, now, reported)
         elif word == ReportedStatus.FAILED:
@@ -397,7 +413,7 @@ class JobActor(JobFsmMixin, Actor):
     async def on_run_timeout_expired(self, attempt: int) -> None:
         if self.state != JobState.RUNNING or attempt != self.attempts:
             return
-        if self.stop_reason is not None:
+        if self.stop_reason is not None or self.preempt_reason is not None:
             return  # already being stopped (cancelled): that stop decides the outcome
         self.stop_reason = f"exceeded its timeout of {self.rec.timeout_minutes:g} minutes"
         self.stop_is_timeout = True
@@ -453,6 +469,9 @@ class JobActor(JobFsmMixin, Actor):
     async def _requeue_or_fail(
         self, reason: str, now: float, *, undelivered: bool = False, unacknowledged: bool = False
     ) -> None:
+        if preemption.preempting(self):  # lost while it stopped: preempted all the same
+            await preemption.end_preempted(self, now, confirmed=False, note=reason)
+            return
         if self.stop_reason is not None:
             # A cancel or timeout was asked for: losing the worker (or its acknowledgement)
             # ends the job as that stop would have; it never goes back to the queue.
