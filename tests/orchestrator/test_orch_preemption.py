@@ -232,7 +232,7 @@ async def test_preempting_a_job_that_holds_no_worker_is_refused_with_advice(
         await harness.fleet.preempt("j_nope", "x")
     await harness.fleet.cancel(job_id, actor="bob")
     await harness.settle()
-    with pytest.raises(NotPreemptible, match="is cancelled.*it has ended"):
+    with pytest.raises(NotPreemptible, match=r"is cancelled.*it has ended"):
         await harness.fleet.preempt(job_id, "x")
 
 
