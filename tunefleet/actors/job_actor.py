@@ -51,10 +51,8 @@ class JobActor(JobFsmMixin, Actor):
         # Why the orchestrator asked the agent to stop ("cancelled by …" or "timeout").
         self.stop_reason: str | None = record.stop_reason
         self.stop_is_timeout = record.stop_is_timeout
-        # A preemption asked of the agent (preemption.py), and the workers that still owe
-        # a report on a preempted attempt (worker id -> attempt).
-        self.preempt_reason: str | None = record.preempt_reason
-        self.reports_owed: dict[str, int] = {}
+        # A preemption under way, and workers owing a report on a preempted attempt.
+        self.preempt_reason, self.reports_owed = record.preempt_reason, dict[str, int]()
         # This attempt's acknowledgement, run and cancel-grace timers: the job's own
         # (each expiry names its attempt, so a late one for an earlier attempt is ignored).
         self.timers: list[Any] = []
@@ -345,8 +343,7 @@ class JobActor(JobFsmMixin, Actor):
     async def _finish_from_report(
         self, word: str, error: str | None, now: float, reported: dict[str, Any] | None
     ) -> None:
-        if preemption.preempting(self) and word != ReportedStatus.COMPLETED:
-            await preemption.end_preempted(self, now, reported, confirmed=True)
+        if await preemption.ended_by_report(self, word, now, reported):
             return
         if word == ReportedStatus.COMPLETED:
             await self._end("complete", JobState.COMPLETED, None, now, reported)
@@ -469,8 +466,7 @@ class JobActor(JobFsmMixin, Actor):
     async def _requeue_or_fail(
         self, reason: str, now: float, *, undelivered: bool = False, unacknowledged: bool = False
     ) -> None:
-        if preemption.preempting(self):  # lost while it stopped: preempted all the same
-            await preemption.end_preempted(self, now, confirmed=False, note=reason)
+        if await preemption.ended_by_loss(self, reason, now):
             return
         if self.stop_reason is not None:
             # A cancel or timeout was asked for: losing the worker (or its acknowledgement)

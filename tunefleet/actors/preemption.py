@@ -27,7 +27,7 @@ from tunefleet.actors import messages as m
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict
 from tunefleet.fsm.job import JOB_LIFECYCLE, PREEMPTED, JobState
-from tunefleet.protocol.status import TERMINAL_STATUSES
+from tunefleet.protocol.status import TERMINAL_STATUSES, ReportedStatus
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
@@ -112,6 +112,26 @@ def repeat_preempt_request(job: JobActor) -> None:
 def preempting(job: JobActor) -> bool:
     """Whether the attempt's end is a preemption's (no cancel or timeout asked since)."""
     return job.preempt_reason is not None and job.stop_reason is None
+
+
+async def ended_by_report(
+    job: JobActor, word: str, now: float, reported: dict[str, Any] | None
+) -> bool:
+    """The worker's final report on a preempted attempt ends it ``preempted``, unless the
+    trainer completed; True when it did here."""
+    if not preempting(job) or word == ReportedStatus.COMPLETED:
+        return False
+    await end_preempted(job, now, reported, confirmed=True)
+    return True
+
+
+async def ended_by_loss(job: JobActor, reason: str, now: float) -> bool:
+    """A worker lost (or a dispatch not delivered) while it stopped a preempted attempt:
+    preempted all the same, no retry spent; True when that was the case."""
+    if not preempting(job):
+        return False
+    await end_preempted(job, now, confirmed=False, note=reason)
+    return True
 
 
 async def on_preempt_grace_expired(job: JobActor, attempt: int) -> None:
