@@ -221,6 +221,36 @@ async def test_a_dispatched_job_not_yet_acknowledged_can_be_preempted(
     assert (job.state, job.attempts) == ("dispatched", 2)
 
 
+async def test_a_preempted_dispatch_acknowledged_later_is_still_bounded(
+    harness: FleetHarness,
+) -> None:
+    agent = await harness.agent("w1")
+    job_id = await harness.submit()
+    await _preempt(harness, job_id)
+    await _beating(harness, agent, job_id, 10)
+    await agent.report(job_id, "starting")  # acknowledged: told again, with the bound
+    assert len(agent.received("job_cancel")) == 2
+    bound = harness.settings.preempt_grace_s + harness.settings.preempt_slack_s
+    await _beating(harness, agent, job_id, bound - EPS)
+    assert await harness.job_state(job_id) == "running"
+    await _beating(harness, agent, job_id, EPS)
+    assert await harness.job_state(job_id) == "pending"
+
+
+async def test_a_held_worker_whose_agent_no_longer_holds_the_job_is_free(
+    harness: FleetHarness,
+) -> None:
+    agent, job_id = await harness.running_job()
+    await _preempt(harness, job_id)
+    bound = harness.settings.preempt_grace_s + harness.settings.preempt_slack_s
+    await _beating(harness, agent, job_id, bound)
+    assert not harness.worker(agent.worker_id).schedulable
+    # Its agent dropped the job without a word (its report lost for good).
+    await agent.heartbeat(None)
+    await harness.settle()
+    assert agent.submitted_jobs() == [job_id, job_id]  # free again: the job came back
+
+
 async def test_preempting_a_job_that_holds_no_worker_is_refused_with_advice(
     harness: FleetHarness,
 ) -> None:

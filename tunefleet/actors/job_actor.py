@@ -326,6 +326,8 @@ class JobActor(JobFsmMixin, Actor):
         if self.stop_reason is not None and self.worker_id:
             # Cancelled while dispatched: the agent has it now, so tell it again.
             self._tell_worker(m.PushCancel(self.job_id, self.stop_reason))
+        elif self.preempt_reason is not None:  # likewise, and its bound again
+            preemption.repeat_preempt_request(self)
         self._publish()
 
     async def _record_resume(self, checkpoint: str, now: float) -> None:

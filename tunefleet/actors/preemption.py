@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
     from tunefleet.actors.job_actor import JobActor
     from tunefleet.actors.records import JobRecord
+    from tunefleet.actors.worker_actor import WorkerActor
 
 # Subtracted from a preempted job's seq while it waits: it comes before every job of its
 # priority that was not preempted (seqs are positive), preempted ones in submit order.
@@ -204,6 +205,16 @@ def answer_owed_report(job: JobActor, msg: m.StatusReported) -> dict[str, Any] |
         return {"success": True}  # still stopping: the job was requeued meanwhile
     del job.reports_owed[msg.worker_id]
     return {"success": True, "release_hold": True}
+
+
+def no_report_owed(worker: WorkerActor, current_job_id: str | None) -> bool:
+    """A worker held for its report on a preempted attempt whose agent says (heartbeat)
+    it no longer holds that job, running or unreported: the report will never come, so
+    the hold ends. True when it ended here."""
+    held = worker.report_hold
+    if held is None or worker.report_hold_timer is not None or current_job_id == held:
+        return False
+    return worker._end_report_hold(held)
 
 
 def release_owed_report(ctx: FleetContext, worker_id: str, job_id: str, status: str) -> None:

@@ -14,6 +14,7 @@ from tunefleet.actors.context import FleetContext
 from tunefleet.actors.deadline import Deadline
 from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
 from tunefleet.actors.matching import WorkerView
+from tunefleet.actors.preemption import no_report_owed
 from tunefleet.actors.records import WorkerRecord
 from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.stream import Outbox, StreamConnection
@@ -347,6 +348,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
         job = self.ctx.jobs.get(self.current_job_id) if self.current_job_id else None
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
             job.tell(m.StatusReported(self.worker_id, m.HEARTBEAT_PROGRESS, msg.job_progress, None))
+        if no_report_owed(self, msg.current_job_id):
+            self._announce()  # it no longer holds a preempted job: free for new work
         self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
         self._show()  # live pages show GPU use and "last seen"
         return True
