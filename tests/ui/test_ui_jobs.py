@@ -275,6 +275,26 @@ def test_a_token_without_queue_local_is_not_offered_the_orchestrators_machine(
     )
 
 
+def test_a_token_without_queue_admin_is_not_offered_preempt(
+    page: Any, orchestrator: Orchestrator, start_agent: Callable[..., Agent]
+) -> None:
+    suite = unique("suite")
+    worker = unique("ui-kept")
+    created = orchestrator.create_worker(worker, labels={"suite": suite})
+    start_agent(created["token"], worker)
+    orchestrator.wait_worker(created["worker_id"], "idle")
+    job = orchestrator.submit(
+        config_name="tiny-preempt", target="worker", worker_labels={"suite": suite}
+    )
+    body = {"name": unique("submit-only"), "permissions": ["queue.submit"]}
+    token = orchestrator.request("POST", "/api/admin/tokens", body)["token"]
+    sign_in(page, orchestrator, token=token, route=f"#/jobs/{job['job_id']}")
+    expect(page.locator(".job-head .badge")).to_have_text("running")
+    expect(page.get_by_role("button", name="Cancel job")).to_be_visible()
+    expect(page.get_by_role("button", name="Preempt")).to_be_hidden()
+    orchestrator.request("POST", f"/api/queue/{job['job_id']}/cancel", {})
+
+
 def test_the_job_list_and_page_name_whose_job_it_is(
     page: Any, orchestrator: Orchestrator, problems: PageProblems
 ) -> None:
