@@ -175,16 +175,15 @@ def test_preempt_a_running_job_and_the_refusals(
         f"Preempting {job_id} (attempt 1): its trainer has 120 s to write a checkpoint, "
         "then the job is queued again."
     )
-    again = tf("jobs", "preempt", job_id)
-    assert again.exit_code == 1
-    assert "already being preempted" in again.stderr
     # Back on the same worker as attempt 2 of a job with no retries.
     wait_until(lambda: orchestrator.job(job_id)["attempts"] == 2, 30, 0.2, "attempt 2")
     job = orchestrator.job(job_id)
     assert job["attempt_history"][0]["outcome"] == "preempted"
     orchestrator.request("POST", f"/api/queue/{job_id}/cancel", {})
     orchestrator.wait_job(job_id, {"cancelled"})
-    assert tf("jobs", "preempt", job_id).exit_code == 1
+    ended = tf("jobs", "preempt", job_id)
+    assert ended.exit_code == 1
+    assert f"job {job_id} is cancelled, not dispatched or running" in ended.stderr
     unknown = tf("jobs", "preempt", "j_nope")
     assert unknown.exit_code == 1 and "Job not found: j_nope" in unknown.stderr
 

@@ -33,6 +33,9 @@ async def test_simpletuners_agent_stops_on_job_cancel_and_the_job_is_requeued_pr
     assert (again.data["job_id"], again.data["attempt"]) == (job_id, 2)
     job = await server.job(job_id)
     assert job["status"] == "dispatched"
+    assert (job["attempts"], job["preempted"], job["undelivered"]) == (2, 1, 0)
+    [listed] = [j for j in (await server.ok("GET", "/api/queue"))["jobs"] if j["job_id"] == job_id]
+    assert listed["preempted"] == 1
     first = job["attempt_history"][0]
     assert first["outcome"] == "preempted" and first["reason"].endswith(": make room")
     kinds = [entry["kind"] for entry in job["timeline"]]

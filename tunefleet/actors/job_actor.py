@@ -605,6 +605,7 @@ class JobActor(JobFsmMixin, Actor):
             worker_id=self.worker_id,
             attempt=self.attempts,
             undelivered=self.undelivered,  # attempts that spent no retry: "1 of 4", not "2 of 4"
+            preempted=self.preempted,
             progress=self.rec.progress,
             error=self.rec.error,
         )

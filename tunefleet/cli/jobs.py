@@ -304,12 +304,16 @@ def _requirements(job: dict[str, Any]) -> str:
 
 
 def attempts_text(job: dict[str, Any]) -> str:
-    """Attempts used of those allowed. A dispatch that never reached its worker spends no
-    retry, so it is counted apart: "3 of 1" would read as a bug."""
+    """Attempts used of those allowed. A dispatch that never reached its worker, or a
+    preempted attempt, spends no retry, so it is counted apart: "3 of 1" would read as a
+    bug."""
     undelivered = job.get("undelivered") or 0
-    used = (job.get("attempts") or 0) - undelivered
+    preempted = job.get("preempted") or 0
+    used = (job.get("attempts") or 0) - undelivered - preempted
     text = f"{used} of {(job.get('max_retries') or 0) + 1}"
-    return f"{text} ({undelivered} not delivered)" if undelivered else text
+    apart = [f"{undelivered} not delivered"] if undelivered else []
+    apart += [f"{preempted} preempted"] if preempted else []
+    return f"{text} ({', '.join(apart)})" if apart else text
 
 
 def _print_job(job: dict[str, Any]) -> None:

@@ -341,6 +341,7 @@ export function mount(main, { args }) {
       if (data.worker_id !== undefined) job.worker_id = data.worker_id;
       if (data.attempt !== undefined) job.attempts = data.attempt;
       if (data.undelivered !== undefined) job.undelivered = data.undelivered;
+      if (data.preempted !== undefined) job.preempted = data.preempted;
       // The whole object (null once requeued): job_progress events then merge into it.
       if (data.progress !== undefined) job.progress = data.progress;
       if (data.error !== undefined) job.error = data.error;
