@@ -76,7 +76,6 @@ async def request_preemption(job: JobActor, reason: str, actor: str) -> dict[str
             "it goes back to the queue once its worker has stopped it"
         )
     ctx = job.ctx
-    job.preempt_reason = reason
     await ctx.audit.record(
         AuditKind.JOB_PREEMPTED,
         actor=actor,
@@ -89,6 +88,7 @@ async def request_preemption(job: JobActor, reason: str, actor: str) -> dict[str
     await ctx.persistence.record_stop_request(
         job.job_id, job.attempts, job.worker_id, reason, False, ctx.clock.time(), preempt=True
     )
+    job.preempt_reason = reason  # once recorded: a failed write leaves the job as it was
     repeat_preempt_request(job)
     job._publish()
     return {
