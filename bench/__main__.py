@@ -44,6 +44,7 @@ BENCHMARKS: tuple[str, ...] = (
     "takeover",
     "yardstick",
     "abuse",
+    "preemption",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

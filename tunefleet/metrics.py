@@ -65,6 +65,13 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.preemptions = Counter(
+            "preemptions",
+            "Attempts ended preempted (requeued, no retry spent), by the job's team.",
+            ["team"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.jobs_finished = Counter(
             "jobs_finished",
             "Jobs that reached a terminal state, by outcome.",

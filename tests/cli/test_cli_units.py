@@ -169,6 +169,10 @@ def test_the_attempt_counts_retries_spent_and_the_undelivered_apart() -> None:
     watch.apply_event("job", {"status": "running", "worker_id": "w_2", "attempt": 5,
                               "undelivered": 3})  # fmt: skip
     assert state_line(watch) == "j_1 running on w_2, attempt 2 of 4 (3 not delivered)"
+    # Preempted, then dispatched again: still attempt 2.
+    watch.apply_event("job", {"status": "running", "worker_id": "w_3", "attempt": 6,
+                              "undelivered": 3, "preempted": 1})  # fmt: skip
+    assert state_line(watch) == "j_1 running on w_3, attempt 2 of 4 (3 not delivered, 1 preempted)"
 
 
 def test_render_pending_says_why_it_waits() -> None:
@@ -373,6 +377,12 @@ def test_the_status_choices_are_the_lifecycle_states() -> None:
         ({"attempts": 0, "undelivered": 0, "max_retries": 0}, "0 of 1"),
         # Undelivered dispatches spend no retry: never "3 of 1".
         ({"attempts": 3, "undelivered": 2, "max_retries": 0}, "1 of 1 (2 not delivered)"),
+        # Preempted attempts neither.
+        ({"attempts": 3, "preempted": 2, "max_retries": 0}, "1 of 1 (2 preempted)"),
+        (
+            {"attempts": 4, "undelivered": 1, "preempted": 2, "max_retries": 0},
+            "1 of 1 (1 not delivered, 2 preempted)",
+        ),
     ],
 )
 def test_attempts_show_retries_spent_and_undelivered_dispatches_apart(

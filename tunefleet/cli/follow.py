@@ -74,6 +74,7 @@ class JobWatch:
     worker_id: str | None = None
     attempt: int = 0  # dispatches so far, the undelivered ones included
     undelivered: int = 0  # dispatches that never reached a worker: they spend no retry
+    preempted: int = 0  # preempted attempts: they spend no retry either
     max_attempts: int | None = None
     progress: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -94,6 +95,7 @@ class JobWatch:
         self.worker_id = detail.get("worker_id")
         self.attempt = detail.get("attempts") or 0
         self.undelivered = detail.get("undelivered") or 0
+        self.preempted = detail.get("preempted") or 0
         if isinstance(detail.get("max_retries"), int):
             self.max_attempts = detail["max_retries"] + 1
         self.error = detail.get("error")
@@ -108,6 +110,7 @@ class JobWatch:
             self.worker_id = data.get("worker_id")
             self.attempt = data.get("attempt") or self.attempt
             self.undelivered = data.get("undelivered") or self.undelivered
+            self.preempted = data.get("preempted") or self.preempted
             self.error = data.get("error")
             if self.status != JobState.PENDING:
                 self.wait_reason = self.queue_position = None

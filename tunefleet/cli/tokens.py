@@ -27,7 +27,7 @@ PERMISSIONS = (
 MEANINGS = {
     "admin.workers": "create, drain, rotate and delete workers; create and revoke API tokens",
     "queue.submit": "submit jobs (the worker's default command or a named configuration)",
-    "queue.admin": "cancel anyone's job",
+    "queue.admin": "cancel anyone's job, preempt a running one",
     "audit.read": "read and verify the audit log",
     "queue.command": "choose the program a job runs (command, loader env, tunefleet_command)",
     "queue.local": "run jobs on the orchestrator's own machine (target local, auto's fallback)",
