@@ -15,6 +15,7 @@ from tunefleet.actors.deadline import Deadline
 from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
 from tunefleet.actors.matching import WorkerView
 from tunefleet.actors.records import WorkerRecord
+from tunefleet.actors.redelivery import redeliver_dispatch
 from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.stream import Outbox, StreamConnection
 from tunefleet.actors.stream_presence import ReconnectGrace
@@ -339,9 +340,21 @@ class WorkerActor(WorkerFsmMixin, Actor):
         job = self.ctx.jobs.get(self.current_job_id) if self.current_job_id else None
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
             job.tell(m.StatusReported(self.worker_id, m.HEARTBEAT_PROGRESS, msg.job_progress, None))
+        self._redeliver_if_dropped(msg.current_job_id)
         self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
         self._show()  # live pages show GPU use and "last seen"
         return True
+
+    def _redeliver_if_dropped(self, reported_job_id: str | None) -> None:
+        """The agent says it holds no job (or another) while its dispatch waits to be
+        acknowledged: it dropped the job_submit (redelivery.py); the same event again."""
+        held = self.current_job_id
+        submit = self.outbox.find_event(held, "job_submit") if held is not None else None
+        if redeliver_dispatch(held, submit is not None, self.connected, reported_job_id):
+            assert submit is not None and self.connection is not None
+            self.connection.send(submit)
+            self.ctx.metrics.redeliveries.inc()
+            log.info("job_submit sent again", worker_id=self.worker_id, job_id=held)
 
     def _heartbeat_expired(self) -> None:
         self.try_tell(m.HeartbeatExpired())

@@ -1,0 +1,33 @@
+"""redeliver_dispatch: a job_submit is pushed again exactly when the agent's heartbeat
+shows it does not hold the job it was sent, and nothing else acknowledged it yet."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tunefleet.actors.redelivery import redeliver_dispatch
+
+jobs = st.one_of(st.none(), st.sampled_from(["j_1", "j_2"]))
+
+
+def test_examples() -> None:
+    # Dropped: the agent says it holds nothing, or still the job before.
+    assert redeliver_dispatch("j_2", True, True, None)
+    assert redeliver_dispatch("j_2", True, True, "j_1")
+    # It holds the job: acknowledged or not, nothing to send.
+    assert not redeliver_dispatch("j_2", True, True, "j_2")
+    # Acknowledged already, no stream to carry it, or no job here.
+    assert not redeliver_dispatch("j_2", False, True, None)
+    assert not redeliver_dispatch("j_2", True, False, None)
+    assert not redeliver_dispatch(None, True, True, None)
+
+
+@given(jobs, st.booleans(), st.booleans(), jobs)
+def test_never_for_an_acknowledged_or_held_job(
+    held: str | None, unacked: bool, stream_open: bool, reported: str | None
+) -> None:
+    again = redeliver_dispatch(held, unacked, stream_open, reported)
+    assert again == (held is not None and unacked and stream_open and reported != held)
+    if again:
+        assert reported != held and unacked
