@@ -65,6 +65,13 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.health_changes = Counter(
+            "worker_health_changes",
+            "Workers whose GPU health moved to a level (an unhealthy one takes no new job).",
+            ["health"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.requeues = Counter(
             "job_requeues",
             "Jobs put back in the queue, by reason.",
