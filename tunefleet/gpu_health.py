@@ -15,7 +15,7 @@ problem by itself. The thresholds are the module's constants; docs/worker.md lis
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -89,21 +89,28 @@ class Health:
 HEALTHY = Health()
 
 
-def sample_from_wire(data: Mapping[str, Any]) -> HealthSample:
-    """A heartbeat's ``gpu_health`` as protocol/endpoints.GpuHealthSample read it."""
-    gpus = []
-    for gpu in data.get("gpus") or ():
-        fields = {name: gpu.get(name) for name in GpuReading.__dataclass_fields__}
-        for name in ("throttle_reasons", "xids"):
-            if fields[name] is not None:
-                fields[name] = tuple(fields[name])
-        gpus.append(GpuReading(**fields))
-    missing = data.get("missing")
-    return HealthSample(
-        gpus=tuple(gpus),
-        missing=None if missing is None else tuple(missing),
-        registered=data.get("registered"),
+def sample_from_wire(report: Any) -> HealthSample:
+    """A heartbeat's ``gpu_health`` as protocol/endpoints.GpuHealthSample read it (its
+    attributes are read: a model_dump first would cost as much as the parse)."""
+    gpus = tuple(
+        GpuReading(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            ecc_uncorrectable=gpu.ecc_uncorrectable,
+            retired_pages_pending=gpu.retired_pages_pending,
+            remapped_rows_pending=gpu.remapped_rows_pending,
+            remapping_failed=gpu.remapping_failed,
+            throttle_reasons=_tuple(gpu.throttle_reasons),
+            temperature_c=gpu.temperature_c,
+            xids=_tuple(gpu.xids),
+        )
+        for gpu in report.gpus
     )
+    return HealthSample(gpus=gpus, missing=_tuple(report.missing), registered=report.registered)
+
+
+def _tuple(values: Iterable[Any] | None) -> tuple[Any, ...] | None:
+    return None if values is None else tuple(values)
 
 
 def assess(sample: HealthSample | None) -> Health:

@@ -187,7 +187,7 @@ def test_the_reading_goes_on_the_wire_and_parses_back_the_same() -> None:
     sample = health(probe)
     body = json.loads(json.dumps({"worker_id": "w_1", "gpu_health": health_wire(sample)}))
     parsed = HeartbeatRequest.model_validate(body).gpu_health
-    assert parsed is not None and sample_from_wire(parsed.model_dump()) == sample
+    assert parsed is not None and sample_from_wire(parsed) == sample
 
 
 def test_the_wire_knows_the_throttle_reasons_the_rules_know() -> None:
@@ -198,7 +198,7 @@ def test_an_unreadable_report_never_costs_the_heartbeat() -> None:
     odd = {"gpus": [{"index": 0, "xids": "79", "temperature_c": "hot", "uuid": "GPU-a"}]}
     parsed = HeartbeatRequest.model_validate({"worker_id": "w", "gpu_health": odd}).gpu_health
     assert parsed is not None
-    assert sample_from_wire(parsed.model_dump()).gpus == (GpuReading(index=0, uuid="GPU-a"),)
+    assert sample_from_wire(parsed).gpus == (GpuReading(index=0, uuid="GPU-a"),)
     for junk in (5, "x", {"gpus": "all"}, {"gpus": [{"no": "index"}]}):
         body = HeartbeatRequest.model_validate({"worker_id": "w", "gpu_health": junk})
         assert body.worker_id == "w"

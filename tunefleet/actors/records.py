@@ -57,6 +57,8 @@ class WorkerRecord:
     # GPU health from the agent's heartbeats (worker_health.py); not stored.
     health: Health | None = None
     gpu_health: HealthSample | None = None
+    # The last reading judged and its verdict: a heartbeat is judged once, not twice.
+    _judged: tuple[HealthSample, Health] | None = None
 
     def effective_labels(self) -> dict[str, str]:
         # What an admin assigned wins over what the agent claims about itself.
@@ -120,8 +122,16 @@ class WorkerRecord:
             self.vram_used_gb = list(msg.vram_used_gb)
         if msg.gpu_health is not None:
             self.gpu_health = msg.gpu_health
-            self.health = assess(msg.gpu_health)
+            self.health = self.judge(msg.gpu_health)
         self.job_progress = msg.job_progress
+
+    def judge(self, sample: HealthSample | None) -> Health | None:
+        """The health a heartbeat's reading makes this worker's (unchanged without one)."""
+        if sample is None:
+            return self.health
+        if self._judged is None or self._judged[0] is not sample:
+            self._judged = (sample, assess(sample))
+        return self._judged[1]
 
     def public(
         self,

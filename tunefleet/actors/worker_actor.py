@@ -22,7 +22,6 @@ from tunefleet.actors.stream_presence import ReconnectGrace
 from tunefleet.actors.worker_health import (
     HealthChange,
     hold_reason,
-    judge,
     level_change,
     report_change,
 )
@@ -368,7 +367,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         """The change of health level this heartbeat brings (audited: not answered at once)."""
         if self.state == WorkerState.OFFLINE:
             return None
-        return level_change(self.rec.health, judge(self.rec.health, msg.gpu_health))
+        return level_change(self.rec.health, self.rec.judge(msg.gpu_health))
 
     def _redeliver_if_dropped(self, reported_job_id: str | None) -> None:
         """The agent says it holds no job (or another) while its dispatch waits to be

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from tunefleet.audit import AuditKind
-from tunefleet.gpu_health import Health, HealthSample, assess
+from tunefleet.gpu_health import Health
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
@@ -29,11 +29,6 @@ class HealthChange:
 
     before: str | None
     now: Health
-
-
-def judge(current: Health | None, sample: HealthSample | None) -> Health | None:
-    """The health after a heartbeat: unchanged when it carried no reading."""
-    return current if sample is None else assess(sample)
 
 
 def level_change(current: Health | None, new: Health | None) -> HealthChange | None:

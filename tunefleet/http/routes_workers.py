@@ -169,11 +169,7 @@ async def worker_heartbeat(request: web.Request) -> web.StreamResponse:
             job_progress=body.job_progress,
             gpu_utilization=body.gpu_utilization,
             vram_used_gb=body.vram_used_gb,
-            gpu_health=(
-                sample_from_wire(body.gpu_health.model_dump())
-                if body.gpu_health is not None
-                else None
-            ),
+            gpu_health=(sample_from_wire(body.gpu_health) if body.gpu_health is not None else None),
         ),
     )
     if not accepted:
