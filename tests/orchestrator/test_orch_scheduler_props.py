@@ -2,11 +2,13 @@
 counts and VRAM, some draining) and random job mixes submitted through Fleet.submit,
 with random acknowledgements, completions, failures, agents stopping jobs on their own,
 approvals and rejections of jobs held at submit (never dispatched while held),
-cancels, losses and returns.
+cancels, losses and returns, and GPU health readings that make a worker unhealthy (an Xid)
+or well again.
 
 After every step the fleet settles, and then:
 - every job_submit an agent got satisfies the job's requirements (unmet is None), went
-  to a worker that was not draining and held no job, and no other agent holds that job;
+  to a worker that was not draining, not unhealthy and held no job, and no other agent
+  holds that job;
 - the actors agree: a dispatched or running job names a worker that names it back, and
   no worker holds two jobs;
 - a job placed in this step outranks every job still pending that that worker would
@@ -28,10 +30,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from orchestrator_testkit import FakeAgent, FleetHarness, SettlingClock, gpu_report, job_record
 
+from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.matching import Requirements, unmet
 from tunefleet.actors.records import JobRecord
 from tunefleet.fsm.job import JobState
+from tunefleet.gpu_health import GpuReading, HealthSample
 
 GPUS = [("NVIDIA A100-SXM4-80GB", 80.0), ("NVIDIA H100 80GB HBM3", 80.0), ("NVIDIA A10", 24.0)]
 GPU_TYPES = ["a100", "h100", "a10"]
@@ -50,7 +54,11 @@ ACTIONS = [
     "return",
     "drain",
     "resume",
+    "sicken",
+    "heal",
 ]
+SICK = HealthSample(gpus=(GpuReading(index=0, xids=(79,)),), missing=())
+WELL = HealthSample(gpus=(GpuReading(index=0, xids=()),), missing=())
 # Fast fsyncs where the machine has a RAM disk; it is still a real SQLite file.
 _RAM_DISK = Path("/dev/shm")
 
@@ -108,6 +116,7 @@ class Sim:
     placed_now: list[tuple[str, str]] = field(default_factory=list)
     stored_dispatched: list[str] = field(default_factory=list)  # placed before 1st write
     held: set[str] = field(default_factory=set)  # awaiting approval: never dispatched
+    sick: set[str] = field(default_factory=set)  # workers whose last reading is unhealthy
 
     def pick(self, items: list[FakeAgent], n: int) -> FakeAgent | None:
         return items[n % len(items)] if items else None
@@ -144,6 +153,7 @@ def _check_dispatch(sim: Sim, agent: FakeAgent, job_id: str) -> None:
     problem = unmet(sim.requirements[job_id], worker.view())
     assert problem is None, f"{job_id} went to {agent.worker_id}, which {problem}"
     assert not worker.drain_requested, "a draining worker got a job"
+    assert agent.worker_id not in sim.sick, f"unhealthy {agent.worker_id} got {job_id}"
     sim.holding[agent.worker_id] = job_id
     sim.placed_now.append((job_id, agent.worker_id))
 
@@ -243,6 +253,18 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
         agent := sim.pick([a for a in sim.agents if h.worker(a.worker_id).drain_requested], n)
     ):
         await h.fleet.resume(agent.worker_id, actor="prop")
+    elif action in ("sicken", "heal") and (agent := sim.pick(online, n)):
+        worker_id = agent.worker_id
+        beat = m.HeartbeatReceived(
+            status="busy" if sim.holding[worker_id] else "idle",
+            current_job_id=sim.holding[worker_id],
+            job_progress=None,
+            gpu_utilization=None,
+            vram_used_gb=None,
+            gpu_health=SICK if action == "sicken" else WELL,
+        )
+        assert await h.fleet.heartbeat(worker_id, beat)
+        (sim.sick.add if action == "sicken" else sim.sick.discard)(worker_id)
     await h.settle()
     await _observe(sim)
     _check_actors(sim)
@@ -285,6 +307,13 @@ async def _scenario(
             await _step(sim, "return", 0, queue)
         while any(h.worker(a.worker_id).drain_requested for a in agents):
             await _step(sim, "resume", 0, queue)
+        while sim.sick:
+            await _step(
+                sim,
+                "heal",
+                sim.agents.index(next(a for a in agents if a.worker_id in sim.sick)),
+                queue,
+            )
         for _ in range(len(sim.requirements) + 1):
             if not sim.holders():
                 break
