@@ -21,13 +21,15 @@ def test_examples() -> None:
     assert not redeliver_dispatch("j_2", False, True, None)
     assert not redeliver_dispatch("j_2", True, False, None)
     assert not redeliver_dispatch(None, True, True, None)
+    # A cancel was pushed after it: sending the job again would undo it.
+    assert not redeliver_dispatch("j_2", True, True, None, stop_requested=True)
 
 
-@given(jobs, st.booleans(), st.booleans(), jobs)
-def test_never_for_an_acknowledged_or_held_job(
-    held: str | None, unacked: bool, stream_open: bool, reported: str | None
+@given(jobs, st.booleans(), st.booleans(), jobs, st.booleans())
+def test_never_for_an_acknowledged_held_or_stopped_job(
+    held: str | None, unacked: bool, stream_open: bool, reported: str | None, stopping: bool
 ) -> None:
-    again = redeliver_dispatch(held, unacked, stream_open, reported)
-    assert again == (held is not None and unacked and stream_open and reported != held)
-    if again:
-        assert reported != held and unacked
+    again = redeliver_dispatch(held, unacked, stream_open, reported, stopping)
+    assert again == (
+        held is not None and unacked and stream_open and reported != held and not stopping
+    )

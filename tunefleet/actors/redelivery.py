@@ -21,12 +21,15 @@ def redeliver_dispatch(
     submit_unacknowledged: bool,
     stream_open: bool,
     reported_job_id: str | None,
+    stop_requested: bool = False,
 ) -> bool:
     """Whether to push the job_submit of ``held_job_id`` again: it is not acknowledged,
-    the stream is open to carry it, and the agent's heartbeat names another job or none."""
+    the stream is open to carry it, the agent's heartbeat names another job or none, and
+    nobody asked to stop the job meanwhile (a cancel sent after it must not be undone)."""
     return (
         held_job_id is not None
         and submit_unacknowledged
         and stream_open
         and reported_job_id != held_job_id
+        and not stop_requested
     )

@@ -374,7 +374,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
         acknowledged: it dropped the job_submit (redelivery.py); the same event again."""
         held = self.current_job_id
         submit = self.outbox.find_event(held, "job_submit") if held is not None else None
-        if redeliver_dispatch(held, submit is not None, self.connected, reported_job_id):
+        stopping = submit is not None and self.outbox.find(str(held), "job_cancel") is not None
+        if redeliver_dispatch(held, submit is not None, self.connected, reported_job_id, stopping):
             assert submit is not None and self.connection is not None
             self.connection.send(submit)
             self.ctx.metrics.redeliveries.inc()
