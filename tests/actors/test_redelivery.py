@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tunefleet.actors.redelivery import redeliver_dispatch
+from tunefleet.actors.redelivery import redeliver_dispatch, submit_to_redeliver
+from tunefleet.actors.stream import Outbox
 
 jobs = st.one_of(st.none(), st.sampled_from(["j_1", "j_2"]))
 
@@ -33,3 +34,16 @@ def test_never_for_an_acknowledged_held_or_stopped_job(
     assert again == (
         held is not None and unacked and stream_open and reported != held and not stopping
     )
+
+
+def test_the_kept_event_itself_is_sent_again_until_acknowledged_or_cancelled() -> None:
+    outbox = Outbox()
+    submit = outbox.add("job_submit", {"job_id": "j_1", "attempt": 1}, "j_1")
+    assert submit_to_redeliver(outbox, "j_1", True, None) is submit  # same id, same attempt
+    assert submit_to_redeliver(outbox, "j_1", True, "j_1") is None
+    assert submit_to_redeliver(outbox, None, True, None) is None
+    outbox.add("job_cancel", {"job_id": "j_1"}, "j_1")
+    assert submit_to_redeliver(outbox, "j_1", True, None) is None
+    outbox.acknowledge_job("j_1", "job_cancel")
+    outbox.acknowledge_job("j_1", "job_submit")  # the first report came
+    assert submit_to_redeliver(outbox, "j_1", True, None) is None

@@ -15,6 +15,8 @@ push stops at the first report, which acknowledges the dispatch.
 
 from __future__ import annotations
 
+from tunefleet.actors.stream import Outbox, StreamEvent
+
 
 def redeliver_dispatch(
     held_job_id: str | None,
@@ -33,3 +35,17 @@ def redeliver_dispatch(
         and reported_job_id != held_job_id
         and not stop_requested
     )
+
+
+def submit_to_redeliver(
+    outbox: Outbox, held_job_id: str | None, stream_open: bool, reported_job_id: str | None
+) -> StreamEvent | None:
+    """The kept job_submit event to push again after a heartbeat, or None."""
+    if held_job_id is None:
+        return None
+    submit = outbox.find_event(held_job_id, "job_submit")
+    stopping = outbox.find(held_job_id, "job_cancel") is not None
+    again = redeliver_dispatch(
+        held_job_id, submit is not None, stream_open, reported_job_id, stopping
+    )
+    return submit if again else None

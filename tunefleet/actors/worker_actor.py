@@ -15,7 +15,7 @@ from tunefleet.actors.deadline import Deadline
 from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
 from tunefleet.actors.matching import WorkerView
 from tunefleet.actors.records import WorkerRecord
-from tunefleet.actors.redelivery import redeliver_dispatch
+from tunefleet.actors.redelivery import submit_to_redeliver
 from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.stream import Outbox, StreamConnection
 from tunefleet.actors.stream_presence import ReconnectGrace
@@ -372,12 +372,10 @@ class WorkerActor(WorkerFsmMixin, Actor):
     def _redeliver_if_dropped(self, reported_job_id: str | None) -> None:
         """The agent says it holds no job (or another) while its dispatch waits to be
         acknowledged: it dropped the job_submit (redelivery.py); the same event again."""
-        held = self.current_job_id
-        submit = self.outbox.find_event(held, "job_submit") if held is not None else None
-        stopping = submit is not None and self.outbox.find(str(held), "job_cancel") is not None
-        if redeliver_dispatch(held, submit is not None, self.connected, reported_job_id, stopping):
-            assert submit is not None and self.connection is not None
-            self.connection.send(submit)
+        conn, held = self.connection, self.current_job_id
+        submit = submit_to_redeliver(self.outbox, held, conn is not None, reported_job_id)
+        if submit is not None and conn is not None:
+            conn.send(submit)
             self.ctx.metrics.redeliveries.inc()
             log.info("job_submit sent again", worker_id=self.worker_id, job_id=held)
 
