@@ -226,3 +226,35 @@ def test_the_fault_file_ignores_what_it_cannot_use(tmp_path: Path) -> None:
     assert assess(health(probe)).level == HealthLevel.HEALTHY
     nvml.apply_faults({"7": {"lost": True}, "x": 1, "0": {"nonsense": 1, "lost": False}})
     assert health(probe).missing == ()
+
+
+def test_a_gpu_that_will_not_give_its_uuid_is_not_counted_missing() -> None:
+    nvml = two_gpus()
+    probe = started(nvml)
+    nvml.gpus[1].raise_xid(79)
+    nvml.gpus[1].unsupported.add("nvmlDeviceGetUUID")
+    sample = health(probe)
+    assert sample.missing == ()
+    # Taken to be the GPU registered at its index: its Xids are still its own.
+    assert [(g.uuid, g.xids) for g in sample.gpus] == [("GPU-a", ()), (None, (79,))]
+
+
+def test_a_handle_nvml_will_not_give_is_unknown_not_missing() -> None:
+    nvml = two_gpus()
+    probe = started(nvml)
+    nvml.gpus[0].fail.add("nvmlDeviceGetHandleByIndex")
+    sample = health(probe)
+    assert sample.missing == ()
+    assert [g.index for g in sample.gpus] == [1]
+    assert assess(sample).level == HealthLevel.HEALTHY
+
+
+def test_by_count_when_uuids_cannot_be_read() -> None:
+    nvml = FakeNvml([FakeGpu(uuid=f"GPU-{i}") for i in range(3)])
+    probe = started(nvml)
+    for gpu in nvml.gpus:
+        gpu.unsupported.add("nvmlDeviceGetUUID")
+    nvml.gpus[0].lost = True
+    sample = health(probe)
+    assert sample.missing == ("#2",)  # one fewer than registered: which one is not known
+    assert assess(sample).reason == "GPU 2 missing since registration"

@@ -108,15 +108,21 @@ class GpuHealthReader:
         nvml = self._nvml
         gpus: list[GpuReading] = []
         seen: set[str] = set()
+        unidentified = 0  # devices listed whose UUID (or handle) NVML would not give
+        registered = dict(self._registered)
         for index, handle in enumerate(handles or []):
             if handle is None:
+                unidentified += 1
                 continue
             uuid_raw = self._query(nvml.nvmlDeviceGetUUID, handle)
             uuid = _text(uuid_raw) if uuid_raw is not None else None
-            key = uuid or f"#{index}"
+            if uuid is None:
+                unidentified += 1
+            # Without its UUID a device is taken to be the one registered at its index.
+            key = uuid or registered.get(index) or f"#{index}"
             seen.add(key)
             gpus.append(self._reading(index, uuid, handle, key))
-        missing = self._missing(handles, seen)
+        missing = self._missing(handles, seen, unidentified)
         # A GPU gone from the bus still shows the Xids it raised on the way out.
         for index, uuid in self._registered:
             key = uuid or f"#{index}"
@@ -159,9 +165,17 @@ class GpuHealthReader:
             xids=tuple(self._xids[key]) if key in self._xids and self._events is not None else None,
         )
 
-    def _missing(self, handles: list[Any] | None, seen: set[str]) -> tuple[str, ...] | None:
+    def _missing(
+        self, handles: list[Any] | None, seen: set[str], unidentified: int
+    ) -> tuple[str, ...] | None:
+        """Registered GPUs not listed now. A device NVML lists but will not identify is
+        not counted missing (unknown is never a fault): then only a count below the
+        registered one says GPUs are gone, named by the registered indexes past it."""
         if handles is None:
             return None  # NVML would not count the GPUs: not known, not "all gone"
+        if unidentified:
+            gone = len(self._registered) - len(handles)
+            return tuple(f"#{index}" for index, _ in self._registered[-gone:]) if gone > 0 else ()
         return tuple(
             uuid or f"#{index}"
             for index, uuid in self._registered
