@@ -117,8 +117,9 @@ def assess(sample: HealthSample | None) -> Health:
     """The worst finding decides the level; the reason is its line, and "(and N more)"."""
     if sample is None:
         return HEALTHY
-    unhealthy = list(_unhealthy(sample))
-    degraded = list(_degraded(sample))
+    # Each finding on one line, whatever the agent put in a UUID.
+    unhealthy = [" ".join(p.split()) for p in _unhealthy(sample)]
+    degraded = [" ".join(p.split()) for p in _degraded(sample)]
     if unhealthy:
         return Health(HealthLevel.UNHEALTHY, _one_line(unhealthy), tuple(unhealthy + degraded))
     if degraded:
