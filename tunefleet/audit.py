@@ -58,6 +58,8 @@ class AuditKind(StrEnum):
     WORKER_TOKEN_ROTATED = "worker.token_rotated"
     WORKER_DISCONNECTED = "worker.disconnected"
     WORKER_OFFLINE = "worker.offline"
+    # Its GPUs' health moved to another level (healthy, degraded, unhealthy).
+    WORKER_HEALTH = "worker.health"
     JOB_SUBMITTED = "job.submitted"
     JOB_DISPATCHED = "job.dispatched"
     JOB_STATUS = "job.status"

@@ -58,6 +58,20 @@ class Metrics:
         self.heartbeats = Counter(
             "heartbeats", "Heartbeats received from workers.", namespace=NAMESPACE, registry=r
         )
+        self.redeliveries = Counter(
+            "dispatch_redeliveries",
+            "job_submits pushed again because the agent's heartbeat showed it had dropped "
+            "one (SimpleTuner's agent drops a job that races its completion report).",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.health_changes = Counter(
+            "worker_health_changes",
+            "Workers whose GPU health moved to a level (an unhealthy one takes no new job).",
+            ["health"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.requeues = Counter(
             "job_requeues",
             "Jobs put back in the queue, by reason.",

@@ -16,8 +16,11 @@ from agent_loop_testkit import (
     running,
 )
 
+from tests.fakes.fake_nvml import FakeGpu as FakeNvmlGpu
+from tests.fakes.fake_nvml import FakeNvml
 from tunefleet import __version__
 from tunefleet.agent.client import API_TOKEN_GIVEN_MESSAGE, INVALID_TOKEN_MESSAGE, InvalidToken
+from tunefleet.agent.gpu import GpuProbe
 from tunefleet.agent.job_events import ArtifactPlan
 
 pytestmark = pytest.mark.timeout(30)
@@ -433,3 +436,23 @@ async def test_unreadable_events_are_skipped(proto: tuple[ProtocolServer, str]) 
         server.push("ping")
         await eventually(lambda: agent.last_event_id == "3", "all events read")
         assert agent.state == "idle"
+
+
+async def test_heartbeats_carry_gpu_health_read_through_nvml(
+    proto: tuple[ProtocolServer, str],
+) -> None:
+    nvml = FakeNvml([FakeNvmlGpu(uuid="GPU-a"), FakeNvmlGpu(uuid="GPU-b")])
+    server, url = proto
+    agent = make_agent(url)
+    agent.gpu = GpuProbe(nvml)
+    nvml.gpus[1].unsupported.add("nvmlDeviceGetTemperature")
+    async with running(agent):
+        await eventually(lambda: len(server.heartbeats) >= 1, "a heartbeat")
+        nvml.gpus[1].raise_xid(79)
+        count = len(server.heartbeats)
+        await eventually(lambda: len(server.heartbeats) > count + 1, "later heartbeats")
+    first, last = server.heartbeats[0]["gpu_health"], server.heartbeats[-1]["gpu_health"]
+    assert (first["registered"], first["missing"]) == (2, [])
+    assert [g["xids"] for g in first["gpus"]] == [[], []]
+    assert [g["temperature_c"] for g in first["gpus"]] == [40.0, None]  # unknown, not 0
+    assert [g["xids"] for g in last["gpus"]] == [[], [79]]

@@ -2,11 +2,13 @@
 counts and VRAM, some draining) and random job mixes submitted through Fleet.submit,
 with random acknowledgements, completions, failures, agents stopping jobs on their own,
 approvals and rejections of jobs held at submit (never dispatched while held),
-cancels, preemptions (the agent confirms the stop), losses and returns.
+cancels, preemptions (the agent confirms the stop), losses and returns, and GPU health
+readings that make a worker unhealthy (an Xid) or well again.
 
 After every step the fleet settles, and then:
 - every job_submit an agent got satisfies the job's requirements (unmet is None), went
-  to a worker that was not draining and held no job, and no other agent holds that job;
+  to a worker that was not draining, not unhealthy and held no job, and no other agent
+  holds that job;
 - the actors agree: a dispatched or running job names a worker that names it back, and
   no worker holds two jobs;
 - a job placed in this step outranks every job still pending that that worker would
@@ -30,11 +32,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from orchestrator_testkit import FakeAgent, FleetHarness, SettlingClock, gpu_report, job_record
 
+from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.matching import Requirements, unmet
 from tunefleet.actors.preemption import HEAD_OF_BAND, NotPreemptible
 from tunefleet.actors.records import JobRecord
 from tunefleet.fsm.job import JobState
+from tunefleet.gpu_health import GpuReading, HealthSample
 
 GPUS = [("NVIDIA A100-SXM4-80GB", 80.0), ("NVIDIA H100 80GB HBM3", 80.0), ("NVIDIA A10", 24.0)]
 GPU_TYPES = ["a100", "h100", "a10"]
@@ -54,7 +58,11 @@ ACTIONS = [
     "return",
     "drain",
     "resume",
+    "sicken",
+    "heal",
 ]
+SICK = HealthSample(gpus=(GpuReading(index=0, xids=(79,)),), missing=())
+WELL = HealthSample(gpus=(GpuReading(index=0, xids=()),), missing=())
 # Fast fsyncs where the machine has a RAM disk; it is still a real SQLite file.
 _RAM_DISK = Path("/dev/shm")
 
@@ -115,6 +123,8 @@ class Sim:
     preempted: set[str] = field(default_factory=set)  # waiting at the head of their band
     placed_rank: dict[str, tuple[int, int]] = field(default_factory=dict)
 
+    sick: set[str] = field(default_factory=set)  # workers whose last reading is unhealthy
+
     def rank_of(self, job_id: str) -> tuple[int, int]:
         priority, seq = self.rank[job_id]
         return (priority, seq - HEAD_OF_BAND) if job_id in self.preempted else (priority, seq)
@@ -154,6 +164,7 @@ def _check_dispatch(sim: Sim, agent: FakeAgent, job_id: str) -> None:
     problem = unmet(sim.requirements[job_id], worker.view())
     assert problem is None, f"{job_id} went to {agent.worker_id}, which {problem}"
     assert not worker.drain_requested, "a draining worker got a job"
+    assert agent.worker_id not in sim.sick, f"unhealthy {agent.worker_id} got {job_id}"
     sim.holding[agent.worker_id] = job_id
     sim.placed_now.append((job_id, agent.worker_id))
     sim.placed_rank[job_id] = sim.rank_of(job_id)  # where it waited: then it leaves the head
@@ -263,6 +274,18 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
         agent := sim.pick([a for a in sim.agents if h.worker(a.worker_id).drain_requested], n)
     ):
         await h.fleet.resume(agent.worker_id, actor="prop")
+    elif action in ("sicken", "heal") and (agent := sim.pick(online, n)):
+        worker_id = agent.worker_id
+        beat = m.HeartbeatReceived(
+            status="busy" if sim.holding[worker_id] else "idle",
+            current_job_id=sim.holding[worker_id],
+            job_progress=None,
+            gpu_utilization=None,
+            vram_used_gb=None,
+            gpu_health=SICK if action == "sicken" else WELL,
+        )
+        assert await h.fleet.heartbeat(worker_id, beat)
+        (sim.sick.add if action == "sicken" else sim.sick.discard)(worker_id)
     await h.settle()
     await _observe(sim)
     _check_actors(sim)
@@ -305,6 +328,13 @@ async def _scenario(
             await _step(sim, "return", 0, queue)
         while any(h.worker(a.worker_id).drain_requested for a in agents):
             await _step(sim, "resume", 0, queue)
+        while sim.sick:
+            await _step(
+                sim,
+                "heal",
+                sim.agents.index(next(a for a in agents if a.worker_id in sim.sick)),
+                queue,
+            )
         for _ in range(len(sim.requirements) + 1):
             if not sim.holders():
                 break

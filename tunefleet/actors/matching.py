@@ -105,6 +105,9 @@ class WorkerView:
     allowed_commands: tuple[str, ...] | None = None
     # False until its agent first registers: its GPUs are unknown (reported as none).
     hardware_known: bool = True
+    # Why it takes no new job although connected ("unhealthy: Xid 79 on GPU 1"), for wait
+    # reasons; None: nothing holds it (worker_health.hold_reason).
+    held: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

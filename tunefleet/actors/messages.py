@@ -7,6 +7,7 @@ from typing import Any
 
 from tunefleet.actors.matching import PendingJob, WorkerView
 from tunefleet.actors.tenancy_limits import ConcurrencyLimits
+from tunefleet.gpu_health import HealthSample
 from tunefleet.protocol.events import JobSubmitEvent
 
 # --- to a WorkerActor -------------------------------------------------------------
@@ -48,6 +49,8 @@ class HeartbeatReceived:
     job_progress: dict[str, Any] | None
     gpu_utilization: list[float] | None
     vram_used_gb: list[float] | None
+    # tunefleet's agent's GPU health reading (gpu_health.py); None: the agent sends none.
+    gpu_health: HealthSample | None = None
 
 
 @dataclass(frozen=True, slots=True)

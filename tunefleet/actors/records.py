@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tunefleet.actors.matching import Requirements, WorkerView
 from tunefleet.commands import loader_env_names
 from tunefleet.fsm.worker import WorkerState
+from tunefleet.gpu_health import Health, HealthSample, assess
 
 if TYPE_CHECKING:
     from tunefleet.actors import messages as m
@@ -53,12 +54,17 @@ class WorkerRecord:
     # From the agent's last registration (not stored: it says again when it reconnects).
     allowed_commands: tuple[str, ...] | None = None
     agent_name: str | None = None
+    # GPU health from the agent's heartbeats (worker_health.py); not stored.
+    health: Health | None = None
+    gpu_health: HealthSample | None = None
+    # The last reading judged and its verdict: a heartbeat is judged once, not twice.
+    _judged: tuple[HealthSample, Health] | None = None
 
     def effective_labels(self) -> dict[str, str]:
         # What an admin assigned wins over what the agent claims about itself.
         return {**self.agent_labels, **self.labels}
 
-    def view(self, *, connected: bool = True) -> WorkerView:
+    def view(self, *, connected: bool = True, held: str | None = None) -> WorkerView:
         return WorkerView(
             worker_id=self.worker_id,
             is_local=self.is_local,
@@ -69,6 +75,7 @@ class WorkerRecord:
             connected=connected,
             allowed_commands=self.allowed_commands,
             hardware_known=self.connected_at is not None,  # set by the first registration
+            held=held,
         )
 
     def apply_registration(self, msg: m.Register, now: float) -> None:
@@ -113,7 +120,18 @@ class WorkerRecord:
             self.gpu_utilization = list(msg.gpu_utilization)
         if msg.vram_used_gb is not None:
             self.vram_used_gb = list(msg.vram_used_gb)
+        if msg.gpu_health is not None:
+            self.gpu_health = msg.gpu_health
+            self.health = self.judge(msg.gpu_health)
         self.job_progress = msg.job_progress
+
+    def judge(self, sample: HealthSample | None) -> Health | None:
+        """The health a heartbeat's reading makes this worker's (unchanged without one)."""
+        if sample is None:
+            return self.health
+        if self._judged is None or self._judged[0] is not sample:
+            self._judged = (sample, assess(sample))
+        return self._judged[1]
 
     def public(
         self,
@@ -165,6 +183,10 @@ class WorkerRecord:
             ),
             "agent_name": self.agent_name,
             "warnings": self.agent_warnings(),
+            "health": self.health.level.value if self.health is not None else None,
+            "health_reason": self.health.reason if self.health is not None else None,
+            "health_problems": list(self.health.problems) if self.health is not None else [],
+            "gpu_health": asdict(self.gpu_health) if self.gpu_health is not None else None,
         }
 
     def agent_warnings(self) -> list[str]:

@@ -143,8 +143,17 @@ def _reason_among_connected(
     idle = [w.worker_id for w in qualifying if w.worker_id in idle_ids]
     if idle:
         return _imminent(idle[0]), None
-    busy = [w.worker_id for w in qualifying]
-    return "every qualifying worker is busy or draining: " + _list_ids(busy), busy
+    busy = [w.worker_id for w in qualifying if w.held is None]
+    held = [w for w in qualifying if w.held is not None]
+    if not held:
+        return "every qualifying worker is busy or draining: " + _list_ids(busy), busy
+    # Held workers (an unhealthy one) say why: "w_3 unhealthy: Xid 79 on GPU 1".
+    parts = [f"{w.worker_id} {w.held}" for w in held[:_LISTED_WORKERS]]
+    if len(held) > _LISTED_WORKERS:
+        parts.append(f"{len(held) - _LISTED_WORKERS} more held")
+    if busy:
+        parts.insert(0, "qualifying workers busy or draining: " + _list_ids(busy))
+    return "; ".join(parts), [w.worker_id for w in qualifying]
 
 
 def _eligible(

@@ -16,9 +16,16 @@ from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
 from tunefleet.actors.matching import WorkerView
 from tunefleet.actors.preemption import no_report_owed
 from tunefleet.actors.records import WorkerRecord
+from tunefleet.actors.redelivery import submit_to_redeliver
 from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.stream import Outbox, StreamConnection
 from tunefleet.actors.stream_presence import ReconnectGrace
+from tunefleet.actors.worker_health import (
+    HealthChange,
+    hold_reason,
+    level_change,
+    report_change,
+)
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict
 from tunefleet.fsm.job import JobState
@@ -83,10 +90,15 @@ class WorkerActor(WorkerFsmMixin, Actor):
             and self.report_hold is None
             and not self.drain_requested
             and not self.retiring
+            and self.health_hold is None
         )
 
+    @property
+    def health_hold(self) -> str | None:
+        return hold_reason(self.rec.health)
+
     def view(self) -> WorkerView:
-        return self.rec.view(connected=self.connected)
+        return self.rec.view(connected=self.connected, held=self.health_hold)
 
     def snapshot(self) -> dict[str, Any]:
         return self.rec.public(
@@ -109,7 +121,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if self.outbox.last_event_id + EVENT_IDS_PER_MESSAGE > self.event_ids_reserved:
             return LATER
         match message:
-            case m.HeartbeatReceived():
+            case m.HeartbeatReceived() if not self._health_moves(message):
                 return self.on_heartbeat(message)
             case m.ReserveForJob(job_id=job_id):
                 return self.on_reserve(job_id)
@@ -149,7 +161,11 @@ class WorkerActor(WorkerFsmMixin, Actor):
     async def _handle(self, message: object) -> object:
         match message:
             case m.HeartbeatReceived():
-                return self.on_heartbeat(message)
+                change = self._health_moves(message)
+                alive = self.on_heartbeat(message)
+                if alive and change is not None:
+                    await report_change(self.ctx, self.worker_id, change)
+                return alive
             case m.Register():
                 return await self.on_register(message)
             case m.OpenStream():
@@ -343,16 +359,36 @@ class WorkerActor(WorkerFsmMixin, Actor):
             return False
         now = self.ctx.clock.time()
         self.heartbeat.extend(self.ctx.settings.heartbeat_timeout_s)
+        held = self.health_hold
         self.rec.apply_heartbeat(msg, now)
+        if self.health_hold != held:
+            self._announce()  # out of matching (or back), and wait reasons say why
         self.ctx.metrics.heartbeats.inc()
         job = self.ctx.jobs.get(self.current_job_id) if self.current_job_id else None
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
             job.tell(m.StatusReported(self.worker_id, m.HEARTBEAT_PROGRESS, msg.job_progress, None))
         if no_report_owed(self, msg.current_job_id):
             self._announce()  # it no longer holds a preempted job: free for new work
+        self._redeliver_if_dropped(msg.current_job_id)
         self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
         self._show()  # live pages show GPU use and "last seen"
         return True
+
+    def _health_moves(self, msg: m.HeartbeatReceived) -> HealthChange | None:
+        """The change of health level this heartbeat brings (audited: not answered at once)."""
+        if self.state == WorkerState.OFFLINE:
+            return None
+        return level_change(self.rec.health, self.rec.judge(msg.gpu_health))
+
+    def _redeliver_if_dropped(self, reported_job_id: str | None) -> None:
+        """The agent says it holds no job (or another) while its dispatch waits to be
+        acknowledged: it dropped the job_submit (redelivery.py); the same event again."""
+        conn, held = self.connection, self.current_job_id
+        submit = submit_to_redeliver(self.outbox, held, conn is not None, reported_job_id)
+        if submit is not None and conn is not None:
+            conn.send(submit)
+            self.ctx.metrics.redeliveries.inc()
+            log.info("job_submit sent again", worker_id=self.worker_id, job_id=held)
 
     def _heartbeat_expired(self) -> None:
         self.try_tell(m.HeartbeatExpired())

@@ -51,6 +51,20 @@ def gpus_text(worker: dict[str, Any]) -> str:
     return text
 
 
+HEALTH_STYLES = {"healthy": "green", "degraded": "yellow", "unhealthy": "red"}
+
+
+def health_text(worker: dict[str, Any], *, with_reason: bool = False) -> Text | str:
+    """'unhealthy', or 'unhealthy: Xid 79 on GPU 1'; '-' when the agent sends no reading."""
+    level = worker.get("health")
+    if not level:
+        return NONE
+    text = Text(str(level), style=HEALTH_STYLES.get(str(level), ""))
+    if with_reason and worker.get("health_reason"):
+        text.append(f": {worker['health_reason']}")
+    return text
+
+
 def _last_seen(worker: dict[str, Any]) -> str:
     return relative_time(worker.get("last_seen") or worker.get("last_heartbeat"))
 
@@ -74,13 +88,16 @@ def list_workers(conn: Connection, status: str | None, as_json: bool) -> None:
             "yes" if w.get("connected") else "no",
             w.get("worker_type") or NONE,
             gpus_text(w),
+            health_text(w),
             pairs_text(w.get("labels")),
             w.get("current_job_id") or NONE,
             _last_seen(w),
         ]
         for w in data["workers"]
     ]
-    columns = ["ID", "NAME", "STATUS", "CONNECTED", "TYPE", "GPUS", "LABELS", "JOB", "LAST SEEN"]
+    columns = [
+        "ID", "NAME", "STATUS", "CONNECTED", "TYPE", "GPUS", "HEALTH", "LABELS", "JOB", "LAST SEEN",
+    ]  # fmt: skip
     empty = no_match(
         "worker", {"--status": status}, "No workers. Create one with: tunefleet workers create NAME"
     )
@@ -109,6 +126,9 @@ def show_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
             ("Connected", "yes" if w.get("connected") else "no"),
             ("Type", w.get("worker_type") or NONE),
             ("GPUs", gpus_text(w)),
+            # An unhealthy worker takes no new job: the reason says what its agent saw.
+            ("Health", health_text(w, with_reason=True)),
+            *(("", f"  {problem}") for problem in (w.get("health_problems") or [])[1:]),
             ("Labels", pairs_text(w.get("labels"))),
             ("Agent labels", pairs_text(w.get("agent_labels"))),
             ("Job", f"{job} {progress_text(w.get('job_progress'))}" if job else NONE),

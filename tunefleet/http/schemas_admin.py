@@ -79,6 +79,19 @@ class WorkerSummary(ResponseModel):
         default_factory=list,
         description="Where the agent's settings disagree with worker_type or the name",
     )
+    health: Literal["healthy", "degraded", "unhealthy"] | None = Field(
+        default=None,
+        description="Its GPUs' health from the agent's last reading; null: its agent "
+        "sends none (SimpleTuner's). An unhealthy worker takes no new job",
+    )
+    health_reason: str | None = Field(
+        default=None, description="The worst finding, one line: 'Xid 79 on GPU 1'"
+    )
+    health_problems: list[str] = Field(default_factory=list, description="Every finding")
+    gpu_health: dict[str, Any] | None = Field(
+        default=None,
+        description="The agent's last reading as it sent it (docs/worker.md, GPU health)",
+    )
 
 
 class WorkerListResponse(ResponseModel):

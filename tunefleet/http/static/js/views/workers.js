@@ -72,6 +72,18 @@ function workerCell(w) {
       : null);
 }
 
+/** Its GPUs' health from the agent's last reading: nothing for an agent that sends none
+ * (SimpleTuner's), a quiet note when healthy, the worst finding when not (every finding
+ * in the tooltip). An unhealthy worker takes no new job. */
+export function healthNote(w) {
+  if (!w.health) return null;
+  if (w.health === 'healthy') return h('div', { class: 'cell-note health healthy' }, 'GPUs healthy');
+  const problems = w.health_problems || [];
+  const text = w.health === 'unhealthy'
+    ? `unhealthy, takes no new job: ${w.health_reason}` : `degraded: ${w.health_reason}`;
+  return h('div', { class: `cell-note health ${w.health}`, title: problems.join('\n') || null, role: 'status' }, text);
+}
+
 function jobCell(w) {
   if (!w.current_job_id) return h('span', { class: 'faint' }, '—');
   const pct = percentOf(w.job_progress);
@@ -135,12 +147,13 @@ export function mount(main) {
       render: workerCell,
     },
     {
-      label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}|${w.connected}`,
+      label: 'Status', sig: (w) => JSON.stringify([w.status, w.drain_requested, w.connected, w.health, w.health_problems]),
       render: (w) => h('div', {}, badge(w.status),
         w.status !== 'offline' && !w.connected
           ? h('div', { class: 'cell-note not-connected', title: 'No open stream: it takes no job until its agent reconnects' }, 'not connected')
           : null,
-        w.drain_requested && w.status !== 'draining' ? h('div', { class: 'cell-note' }, 'drain requested') : null),
+        w.drain_requested && w.status !== 'draining' ? h('div', { class: 'cell-note' }, 'drain requested') : null,
+        healthNote(w)),
     },
     {
       label: 'GPUs',
