@@ -64,7 +64,7 @@ def test_diff_lists_what_changed_per_cycle_and_per_heartbeat(tmp_path: Path) -> 
     assert "a:f" not in text  # unchanged
 
 
-def test_the_profiled_server_runs_the_checkout_it_is_started_in_and_counts_its_window(tmp_path: Path) -> None:
+def test_the_profiled_server_runs_its_checkout_and_counts_its_window(tmp_path: Path) -> None:
     """profiled_server.py runs a module as `python -m` would; here a stand-in that waits
     to be told to stop, so the test needs no orchestrator."""
     out = tmp_path / "calls.prof"
