@@ -30,6 +30,7 @@ BENCHMARKS: tuple[str, ...] = (
     "domain_actor_cost",
     "commit_path",
     "cycle_cpu",
+    "cycle_calls",
     "queued_submit",
     "dispatch_latency",
     "throughput",
