@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,23 @@ def test_wait_times_out_and_the_job_goes_on_until_cancelled(tf: Client, agent: s
     assert job["status"] == "cancelled"
     with pytest.raises(Conflict) as ended:
         tf.cancel(job_id)
+    assert ended.value.status == 409 and ended.value.detail
+
+
+def test_preempt_requeues_a_running_job_without_spending_a_retry(tf: Client, agent: str) -> None:
+    job_id = tf.submit("slow", max_retries=0)["job_id"]
+    for _line in tf.logs(job_id, follow=True):
+        break  # a first line: it runs
+    stopping = tf.preempt(job_id, reason="client test")
+    assert stopping["status"] == "preempting" and stopping["attempt"] == 1
+    deadline = time.monotonic() + 60
+    while (job := tf.get(job_id))["preempted"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job["preempted"] == 1 and job["status"] != "failed"  # max_retries 0: none spent
+    tf.cancel(job_id)
+    assert tf.wait(job_id, timeout_s=60, poll_initial_s=0.1)["status"] == "cancelled"
+    with pytest.raises(Conflict) as ended:
+        tf.preempt(job_id)
     assert ended.value.status == 409 and ended.value.detail
 
 

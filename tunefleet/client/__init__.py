@@ -45,6 +45,7 @@ from tunefleet.client.types import (
     JobStatus,
     LogLine,
     MetricPoint,
+    Preempting,
     Submitted,
     Worker,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "MetricPoint",
     "NotFound",
     "NotTheOrchestrator",
+    "Preempting",
     "ServerError",
     "SettingsError",
     "StreamFailed",

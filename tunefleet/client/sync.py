@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, cast, overload
+from urllib.parse import quote
 
 from tunefleet.client import operations as ops
 from tunefleet.client.backoff import FACTOR, INITIAL_S, MAX_S
@@ -29,6 +30,7 @@ from tunefleet.client.types import (
     JobPage,
     LogLine,
     MetricPoint,
+    Preempting,
     Submitted,
     Target,
     Worker,
@@ -223,6 +225,15 @@ class Client:
         Conflict if it has already ended."""
         body = {"reason": reason} if reason else {}
         return cast(Cancelled, self.request("POST", ops.job_path(job_id, "/cancel"), body=body))
+
+    def preempt(self, job_id: str, reason: str | None = None) -> Preempting:
+        """Preempt a running job (queue.admin): its trainer gets SIGTERM and the grace to
+        write a checkpoint, then the job is requeued at the head of its priority band,
+        spends no retry and resumes from its newest checkpoint. Conflict unless it is
+        dispatched or running."""
+        body = {"reason": reason} if reason else {}
+        path = f"/api/jobs/{quote(job_id, safe='')}/preempt"
+        return cast(Preempting, self.request("POST", path, body=body))
 
     @overload
     def logs(

@@ -55,6 +55,7 @@ class Job(TypedDict):
     priority: int
     attempts: int
     undelivered: int
+    preempted: int  # attempts ended by a preemption (they spend no retry)
     max_retries: int
     gpu_count: int | None
     user: str | None
@@ -86,6 +87,17 @@ class Cancelled(TypedDict):
     success: bool
     job_id: str
     status: JobStatus
+
+
+class Preempting(TypedDict):
+    """A preemption under way: the job is requeued once its trainer has stopped."""
+
+    success: bool
+    job_id: str
+    status: Literal["preempting"]
+    attempt: int
+    worker_id: str | None
+    grace_seconds: float
 
 
 class LogLine(TypedDict):
