@@ -30,6 +30,7 @@ BENCHMARKS: tuple[str, ...] = (
     "domain_actor_cost",
     "commit_path",
     "cycle_cpu",
+    "cycle_calls",
     "queued_submit",
     "dispatch_latency",
     "throughput",
@@ -45,6 +46,7 @@ BENCHMARKS: tuple[str, ...] = (
     "yardstick",
     "abuse",
     "blackhole",
+    "preemption",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -61,11 +61,15 @@ class AuditKind(StrEnum):
     WORKER_TOKEN_ROTATED = "worker.token_rotated"
     WORKER_DISCONNECTED = "worker.disconnected"
     WORKER_OFFLINE = "worker.offline"
+    # Its GPUs' health moved to another level (healthy, degraded, unhealthy).
+    WORKER_HEALTH = "worker.health"
     JOB_SUBMITTED = "job.submitted"
     JOB_DISPATCHED = "job.dispatched"
     JOB_STATUS = "job.status"
     JOB_REQUEUED = "job.requeued"
     JOB_CANCELLED = "job.cancelled"
+    # A preemption asked for (who, why, which attempt); its end is a job.requeued.
+    JOB_PREEMPTED = "job.preempted"
     JOB_APPROVED = "job.approved"
     JOB_REJECTED = "job.rejected"
     JOB_FAILED = "job.failed"

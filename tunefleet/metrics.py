@@ -58,6 +58,20 @@ class Metrics:
         self.heartbeats = Counter(
             "heartbeats", "Heartbeats received from workers.", namespace=NAMESPACE, registry=r
         )
+        self.redeliveries = Counter(
+            "dispatch_redeliveries",
+            "job_submits pushed again because the agent's heartbeat showed it had dropped "
+            "one (SimpleTuner's agent drops a job that races its completion report).",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.health_changes = Counter(
+            "worker_health_changes",
+            "Workers whose GPU health moved to a level (one turning unhealthy is quarantined).",
+            ["health"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.requeues = Counter(
             "job_requeues",
             "Jobs put back in the queue, by reason.",
@@ -75,7 +89,8 @@ class Metrics:
         )
         self.quarantines = Counter(
             "worker_quarantines",
-            "Workers quarantined, by how (automatic, manual).",
+            "Workers quarantined, by how (automatic: failures there or an unhealthy GPU "
+            "reading; manual).",
             ["how"],
             namespace=NAMESPACE,
             registry=r,
@@ -83,6 +98,13 @@ class Metrics:
         self.workers_quarantined = Gauge(
             "workers_quarantined",
             "Workers quarantined now (taking no new job); set when /metrics is read.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "preemptions",
+            "Attempts ended preempted (requeued, no retry spent), by the job's team.",
+            ["team"],
             namespace=NAMESPACE,
             registry=r,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -415,6 +416,24 @@ def test_reason_no_single_worker_meets_everything() -> None:
         "no single worker meets every requirement "
         "(closest is w_a: has 24 GB VRAM per GPU, needs 80 GB)"
     )
+
+
+def test_reason_names_a_quarantined_worker_and_why() -> None:
+    sick = replace(worker("w_sick"), quarantine_reason="GPU health: Xid 79 on GPU 1")
+    assert wait_reason(REMOTE, [sick], set()) == "w_sick quarantined: GPU health: Xid 79 on GPU 1"
+    assert wait_reason(REMOTE, [sick, worker("w_1")], set()) == (
+        "qualifying workers busy or draining: w_1; w_sick quarantined: GPU health: Xid 79 on GPU 1"
+    )
+    # One that does not fit the job anyway is not named.
+    big = Requirements("worker", gpu_count=2)
+    assert wait_reason(big, [sick, worker("w_2", gpus=2)], set()) == (
+        "every qualifying worker is busy or draining: w_2"
+    )
+    many = [
+        replace(worker(f"w_{i}"), quarantine_reason="3 infrastructure failures in 1 min")
+        for i in range(7)
+    ]
+    assert wait_reason(REMOTE, many, set()).endswith("; 2 more quarantined")
 
 
 def test_reason_qualifying_workers_are_busy() -> None:

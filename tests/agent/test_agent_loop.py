@@ -16,8 +16,11 @@ from agent_loop_testkit import (
     running,
 )
 
+from tests.fakes.fake_nvml import FakeGpu as FakeNvmlGpu
+from tests.fakes.fake_nvml import FakeNvml
 from tunefleet import __version__
 from tunefleet.agent.client import API_TOKEN_GIVEN_MESSAGE, INVALID_TOKEN_MESSAGE, InvalidToken
+from tunefleet.agent.gpu import GpuProbe
 from tunefleet.agent.job_events import ArtifactPlan
 
 pytestmark = pytest.mark.timeout(30)
@@ -220,7 +223,24 @@ async def test_job_cancel_stops_the_job_and_reports_cancelled(
         server.push("job_cancel", job_id="j_1", reason="user asked")
         await eventually(lambda: "cancelled" in server.status_words("j_1"), "the cancel report")
     assert executor.cancels[0] == "user asked"
+    assert executor.preempt_graces[0] is None  # a plain cancel: the executor's own grace
     assert server.statuses("j_1")[-1]["error"] == "user asked"
+
+
+async def test_a_preempting_job_cancel_gives_the_trainer_the_orchestrators_grace(
+    proto: tuple[ProtocolServer, str],
+) -> None:
+    server, url = proto
+    executor = FakeExecutor()
+    agent = make_agent(url, executor=executor)
+    async with running(agent):
+        await eventually(lambda: server.stream_opens, "the stream to open")
+        server.push("job_submit", job_id="j_1", config={})
+        await eventually(lambda: executor.current is not None, "the job to start")
+        server.push("job_cancel", job_id="j_1", reason="reclaim", preempt=True, grace_seconds=90)
+        await eventually(lambda: "cancelled" in server.status_words("j_1"), "the stop report")
+    assert (executor.cancels, executor.preempt_graces) == (["reclaim"], [90])
+    assert server.statuses("j_1")[-1]["error"] == "reclaim"
 
 
 async def test_drain_finishes_the_job_and_stays_draining(proto: tuple[ProtocolServer, str]) -> None:
@@ -367,7 +387,7 @@ async def test_token_rotated_while_running_exits(proto: tuple[ProtocolServer, st
 class StubbornExecutor(FakeExecutor):
     """A job that ignores the graceful stop (the real executor would SIGKILL it later)."""
 
-    async def cancel(self, reason: str = "cancelled") -> None:
+    async def cancel(self, reason: str = "cancelled", preempt_grace_s: float | None = None) -> None:
         self.cancels.append(reason)
 
 
@@ -416,3 +436,23 @@ async def test_unreadable_events_are_skipped(proto: tuple[ProtocolServer, str]) 
         server.push("ping")
         await eventually(lambda: agent.last_event_id == "3", "all events read")
         assert agent.state == "idle"
+
+
+async def test_heartbeats_carry_gpu_health_read_through_nvml(
+    proto: tuple[ProtocolServer, str],
+) -> None:
+    nvml = FakeNvml([FakeNvmlGpu(uuid="GPU-a"), FakeNvmlGpu(uuid="GPU-b")])
+    server, url = proto
+    agent = make_agent(url)
+    agent.gpu = GpuProbe(nvml)
+    nvml.gpus[1].unsupported.add("nvmlDeviceGetTemperature")
+    async with running(agent):
+        await eventually(lambda: len(server.heartbeats) >= 1, "a heartbeat")
+        nvml.gpus[1].raise_xid(79)
+        count = len(server.heartbeats)
+        await eventually(lambda: len(server.heartbeats) > count + 1, "later heartbeats")
+    first, last = server.heartbeats[0]["gpu_health"], server.heartbeats[-1]["gpu_health"]
+    assert (first["registered"], first["missing"]) == (2, [])
+    assert [g["xids"] for g in first["gpus"]] == [[], []]
+    assert [g["temperature_c"] for g in first["gpus"]] == [40.0, None]  # unknown, not 0
+    assert [g["xids"] for g in last["gpus"]] == [[], [79]]

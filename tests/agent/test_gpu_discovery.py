@@ -149,7 +149,10 @@ def test_lost_device_handle_is_skipped_but_indexes_stay_true() -> None:
     inv = probe.inventory()
     assert [(d.index, d.name) for d in inv.devices] == [(1, "B")]
     # a sample cannot say which device a value belongs to, so it says nothing
-    assert probe.sample() == GpuSample([], [])
+    sample = probe.sample()
+    assert (sample.utilization_pct, sample.memory_used_gb) == ([], [])
+    # Health is per device and says which: the device that answers is read.
+    assert sample.health is not None and [g.index for g in sample.health.gpus] == [1]
 
 
 def test_name_query_error_still_reports_the_device() -> None:

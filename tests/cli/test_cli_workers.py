@@ -79,13 +79,50 @@ def test_show_warns_where_the_agent_disagrees_with_the_administrator(
     assert "the agent calls itself 'other-box'" in text
 
 
+def _post_as_worker(orchestrator: Orchestrator, token: str, path: str, body: object) -> dict:
+    request = urllib.request.Request(
+        orchestrator.url + path, data=json.dumps(body).encode(), method="POST"
+    )
+    request.add_header("X-Worker-Token", token)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def test_list_and_show_give_the_gpu_health_and_why(tf: Invoke, orchestrator: Orchestrator) -> None:
+    created = _create(tf, "sick-box")
+    token = created["token"]
+    worker_id = _post_as_worker(orchestrator, token, "/api/workers/register", {"name": "sick-box"})[
+        "worker_id"
+    ]
+    reading = {
+        "gpus": [
+            {"index": 0, "xids": [], "temperature_c": 90},
+            {"index": 1, "xids": [79], "temperature_c": 50},
+        ],
+        "missing": [],
+    }
+    beat = {"worker_id": worker_id, "status": "idle", "gpu_health": reading}
+    _post_as_worker(orchestrator, token, "/api/workers/heartbeat", beat)
+    table = tf("workers", "list")
+    row = next(line for line in table.stdout.splitlines() if worker_id in line)
+    assert "unhealthy" in row.split()
+    shown = tf("workers", "show", worker_id)
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.stdout.split())
+    assert "Health unhealthy: Xid 79 on GPU 1" in text
+    assert "GPU 0 at 90 °C" in text  # every finding, under the first
+    none = _create(tf, "quiet-box")  # never reported: no health, not "healthy"
+    assert "Health -" in " ".join(tf("workers", "show", none["worker_id"]).stdout.split())
+
+
 def test_list_table_and_json(tf: Invoke) -> None:
     created = _create(tf, "listed-1", "--label", "team=nlp")
     table = tf("workers", "list")
     assert table.exit_code == 0, table.output
     header = table.stdout.splitlines()[0].split()
     assert header == [
-        "ID", "NAME", "STATUS", "CONNECTED", "TYPE", "GPUS", "LABELS", "JOB", "LAST", "SEEN"
+        "ID", "NAME", "STATUS", "CONNECTED", "TYPE", "GPUS", "HEALTH", "LABELS", "JOB", "LAST",
+        "SEEN",
     ]  # fmt: skip
     row = next(line for line in table.stdout.splitlines() if created["worker_id"] in line)
     assert "listed-1" in row and "connecting" in row and "team=nlp" in row

@@ -214,3 +214,24 @@ def test_a_new_address_is_never_refused_for_lookups_alone() -> None:
     throttle, _, _ = make(limit=1)
     with throttle.lookup(ATTACKER), throttle.lookup(ATTACKER):
         assert throttle.wait_s(ATTACKER, "h_new") == 0
+
+
+async def test_quiet_until_an_address_fails_and_again_once_its_window_closed() -> None:
+    """``quiet`` lets a request skip working out its address: it must be False whenever
+    any window is open, or a throttled address would be let through."""
+    throttle, clock, _ = make(limit=1, window_s=60.0)
+    assert throttle.quiet
+    fail(throttle)
+    assert not throttle.quiet
+    assert throttle.wait_s(ATTACKER, "h_guess") > 0
+    await clock.advance(60.0)  # its timer closes the window
+    assert throttle.quiet
+
+
+def test_a_lookup_that_raises_stops_counting() -> None:
+    throttle, _, _ = make(limit=2)
+    fail(throttle)
+    with pytest.raises(RuntimeError), throttle.lookup(ATTACKER):
+        assert throttle.wait_s(ATTACKER, "h_guess") > 0  # 1 failed + 1 under way
+        raise RuntimeError("the lookup failed")
+    assert throttle.wait_s(ATTACKER, "h_guess") == 0

@@ -2,18 +2,23 @@
 counts and VRAM, some draining) and random job mixes submitted through Fleet.submit,
 with random acknowledgements, completions, failures, agents stopping jobs on their own,
 approvals and rejections of jobs held at submit (never dispatched while held),
-cancels, losses and returns.
+cancels, preemptions (the agent confirms the stop), losses and returns, GPU health
+readings that make a worker unhealthy (an Xid: it is quarantined) or well again (it
+stays quarantined), and admins releasing quarantined workers.
 
 After every step the fleet settles, and then:
 - every job_submit an agent got satisfies the job's requirements (unmet is None), went
-  to a worker that was not draining and held no job, and no other agent holds that job;
+  to a worker that was not draining, not quarantined and held no job, and no other
+  agent holds that job;
 - the actors agree: a dispatched or running job names a worker that names it back, and
   no worker holds two jobs;
 - a job placed in this step outranks every job still pending that that worker would
-  also have fitted (priority, then submission order);
+  also have fitted (priority, then preempted ones first, then submission order);
 - no pending job fits a worker that is free to take it (the loop settled);
 - a job is stored already dispatched by its submit alone (one commit, before any
   pending job is considered) exactly when a free worker fits it as it is submitted.
+At the end, a job's attempts less its preempted, undelivered and infrastructure ones
+are within max_retries + 1: none of those counts as a retry.
 """
 
 from __future__ import annotations
@@ -28,10 +33,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from orchestrator_testkit import FakeAgent, FleetHarness, SettlingClock, gpu_report, job_record
 
+from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.matching import Requirements, unmet
+from tunefleet.actors.preemption import HEAD_OF_BAND, NotPreemptible
 from tunefleet.actors.records import JobRecord
 from tunefleet.fsm.job import JobState
+from tunefleet.gpu_health import GpuReading, HealthSample
 
 GPUS = [("NVIDIA A100-SXM4-80GB", 80.0), ("NVIDIA H100 80GB HBM3", 80.0), ("NVIDIA A10", 24.0)]
 GPU_TYPES = ["a100", "h100", "a10"]
@@ -46,11 +54,17 @@ ACTIONS = [
     "fail",
     "stop",
     "cancel",
+    "preempt",
     "lose",
     "return",
     "drain",
     "resume",
+    "sicken",
+    "heal",
+    "release",
 ]
+SICK = HealthSample(gpus=(GpuReading(index=0, xids=(79,)),), missing=())
+WELL = HealthSample(gpus=(GpuReading(index=0, xids=()),), missing=())
 # Fast fsyncs where the machine has a RAM disk; it is still a real SQLite file.
 _RAM_DISK = Path("/dev/shm")
 
@@ -108,6 +122,15 @@ class Sim:
     placed_now: list[tuple[str, str]] = field(default_factory=list)
     stored_dispatched: list[str] = field(default_factory=list)  # placed before 1st write
     held: set[str] = field(default_factory=set)  # awaiting approval: never dispatched
+    preempted: set[str] = field(default_factory=set)  # waiting at the head of their band
+    placed_rank: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    sick: set[str] = field(default_factory=set)  # workers whose last reading is unhealthy
+    quarantined: set[str] = field(default_factory=set)  # by a reading that turned unhealthy
+
+    def rank_of(self, job_id: str) -> tuple[int, int]:
+        priority, seq = self.rank[job_id]
+        return (priority, seq - HEAD_OF_BAND) if job_id in self.preempted else (priority, seq)
 
     def pick(self, items: list[FakeAgent], n: int) -> FakeAgent | None:
         return items[n % len(items)] if items else None
@@ -144,8 +167,12 @@ def _check_dispatch(sim: Sim, agent: FakeAgent, job_id: str) -> None:
     problem = unmet(sim.requirements[job_id], worker.view())
     assert problem is None, f"{job_id} went to {agent.worker_id}, which {problem}"
     assert not worker.drain_requested, "a draining worker got a job"
+    assert agent.worker_id not in sim.quarantined, f"quarantined {agent.worker_id} got {job_id}"
+    assert not worker.quarantined, f"quarantined {agent.worker_id} got {job_id}"
     sim.holding[agent.worker_id] = job_id
     sim.placed_now.append((job_id, agent.worker_id))
+    sim.placed_rank[job_id] = sim.rank_of(job_id)  # where it waited: then it leaves the head
+    sim.preempted.discard(job_id)
 
 
 def _check_actors(sim: Sim) -> None:
@@ -171,7 +198,7 @@ def _check_actors(sim: Sim) -> None:
         view = ctx.workers[worker_id].view()
         for job in pending:
             if unmet(job.rec.requirements(), view) is None:
-                assert sim.rank[job.job_id] > sim.rank[placed], (
+                assert sim.rank_of(job.job_id) > sim.placed_rank[placed], (
                     f"{placed} took {worker_id} ahead of higher-ranked {job.job_id}"
                 )
     sim.placed_now.clear()
@@ -226,6 +253,14 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
         live = sorted(h.ctx.jobs)
         await h.fleet.cancel(live[n % len(live)], actor="prop")
         sim.held.discard(live[n % len(live)])
+    elif action == "preempt" and (agent := sim.pick(sim.holders(), n)):
+        job_id = str(sim.holding[agent.worker_id])
+        try:
+            await h.fleet.preempt(job_id, "prop")
+        except NotPreemptible:
+            pass  # already being stopped (a cancel): that stop decides
+        else:
+            sim.preempted.add(job_id)  # once the agent confirms (in _observe) it waits
     elif action == "lose" and (agent := sim.pick(online, n)):
         sim.online[agent.worker_id] = False
         sim.holding[agent.worker_id] = None
@@ -243,6 +278,26 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
         agent := sim.pick([a for a in sim.agents if h.worker(a.worker_id).drain_requested], n)
     ):
         await h.fleet.resume(agent.worker_id, actor="prop")
+    elif action in ("sicken", "heal") and (agent := sim.pick(online, n)):
+        worker_id = agent.worker_id
+        beat = m.HeartbeatReceived(
+            status="busy" if sim.holding[worker_id] else "idle",
+            current_job_id=sim.holding[worker_id],
+            job_progress=None,
+            gpu_utilization=None,
+            vram_used_gb=None,
+            gpu_health=SICK if action == "sicken" else WELL,
+        )
+        assert await h.fleet.heartbeat(worker_id, beat)
+        if action == "sicken" and worker_id not in sim.sick:
+            sim.quarantined.add(worker_id)  # the reading turned unhealthy (a no-op if it was)
+        (sim.sick.add if action == "sicken" else sim.sick.discard)(worker_id)
+    elif action == "release" and (
+        agent := sim.pick([a for a in sim.agents if h.worker(a.worker_id).quarantined], n)
+    ):
+        # Healthy or not: the admin's word (a quarantine is never lifted by a reading).
+        await h.fleet.release_quarantine(agent.worker_id, actor="prop")
+        sim.quarantined.discard(agent.worker_id)
     await h.settle()
     await _observe(sim)
     _check_actors(sim)
@@ -285,6 +340,15 @@ async def _scenario(
             await _step(sim, "return", 0, queue)
         while any(h.worker(a.worker_id).drain_requested for a in agents):
             await _step(sim, "resume", 0, queue)
+        while sim.sick:
+            await _step(
+                sim,
+                "heal",
+                sim.agents.index(next(a for a in agents if a.worker_id in sim.sick)),
+                queue,
+            )
+        while any(h.worker(a.worker_id).quarantined for a in agents):
+            await _step(sim, "release", 0, queue)
         for _ in range(len(sim.requirements) + 1):
             if not sim.holders():
                 break
@@ -299,8 +363,13 @@ async def _scenario(
             assert not fits, f"{job.job_id} still waits though {fits[0].worker_id} fits it"
         for job_id in sim.requirements:
             row = await h.job(job_id)
-            assert row.attempts <= row.max_retries + 1
             kinds = await h.timeline_kinds(job_id)
+            free = [
+                a
+                for a in await h.store.list_attempts(job_id)
+                if a.kind in ("preempted", "undelivered", "infrastructure")
+            ]
+            assert row.attempts - len(free) <= row.max_retries + 1
             assert kinds.count("dispatched") == row.attempts
             terminal = [k for k in kinds if k in ("completed", "failed", "cancelled")]
             assert len(terminal) == (0 if row.state == "pending" else 1), kinds

@@ -214,7 +214,11 @@ async def test_an_unacknowledged_dispatch_goes_next_to_another_idle_worker(
     other = two if first is one else one
     await _unacknowledged(harness, first, 1)
     assert other.submitted_jobs() == [job_id]
-    assert first.submitted_jobs() == [job_id]  # not sent to it again
+    # Not dispatched to it again: its idle heartbeat had the same job_submit (the same
+    # event id) pushed once more (redelivery.py), but no second attempt went there.
+    assert {(e.event_id, e.data["attempt"]) for e in first.received("job_submit")} == {
+        (first.received("job_submit")[0].event_id, 1)
+    }
     await other.run_to_completion(job_id)
     assert [a.worker_id for a in await harness.attempts(job_id)] == [
         first.worker_id,

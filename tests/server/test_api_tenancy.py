@@ -160,3 +160,23 @@ async def test_the_event_feed_carries_only_the_jobs_its_reader_may_see(server: S
     job = await feed.expect("job")
     assert job.data["job_id"] == own
     feed.close()
+
+
+async def test_the_event_feed_keeps_its_answer_for_a_job_it_has_seen(server: Server) -> None:
+    """A job's second event is decided by the answer kept from its first (no lookup):
+    another's job stays off the feed, one's own stays on it."""
+    people: People = await three_people(server)
+    resp = await server.client.get("/api/events?kinds=job", headers=people.carol)
+    feed = EventStream(resp)
+    await feed.expect("hello")
+    theirs = await submit_as(server, people.alice)
+    own = await submit_as(server, people.carol)
+    for job_id, headers in ((theirs, people.alice), (own, people.carol)):
+        cancel = await server.client.post(f"/api/queue/{job_id}/cancel", headers=headers)
+        assert cancel.status == 200, await cancel.text()
+    seen = [
+        (event.data["job_id"], event.data["status"])
+        for event in (await feed.expect("job"), await feed.expect("job"))
+    ]
+    assert seen == [(own, "pending"), (own, "cancelled")]
+    feed.close()

@@ -78,6 +78,7 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "worker.created",
         "worker.deleted",
         "worker.drained",
+        "worker.health",
         "worker.resumed",
         "worker.token_rotated",
         "worker.disconnected",

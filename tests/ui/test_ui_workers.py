@@ -253,3 +253,38 @@ def test_an_agent_that_disagrees_with_the_admin_is_named_and_warned_about(
     )
     expect(warnings.nth(1)).to_contain_text(f"the agent calls itself '{name}-laptop'")
     assert problems.unexpected() == []
+
+
+def test_a_workers_gpu_health_is_shown_live_with_why(
+    page: Any, tmp_path: Path, ui_configs: Path, problems: PageProblems
+) -> None:
+    # Its own orchestrator: the suite's times out a silent worker in 3 s.
+    orchestrator = Orchestrator(tmp_path / "data", ui_configs, heartbeat_timeout_s=120).start()
+    try:
+        name = unique("ui-health")
+        created = orchestrator.create_worker(name)
+        raw = RawStreamWorker(orchestrator.url, created["token"], created["worker_id"], name=name)
+        raw.register()
+        raw.open_stream()
+
+        def beat(**gpu1: Any) -> None:
+            gpus = [{"index": 0, "xids": []}, {"index": 1, "xids": [], **gpu1}]
+            body = {"worker_id": raw.worker_id, "status": "idle", "gpu_health": {"gpus": gpus}}
+            raw._post("/api/workers/heartbeat", body)
+
+        sign_in(page, orchestrator)
+        row = page.locator("#workers-table tbody tr", has_text=name)
+        expect(row.locator(".badge")).to_have_text("idle")
+        expect(row.locator(".health")).to_have_count(0)  # no reading yet: nothing said
+        beat()
+        expect(row.locator(".health.healthy")).to_have_text("GPUs healthy")
+        beat(temperature_c=88)
+        expect(row.locator(".health.degraded")).to_have_text("degraded: GPU 1 at 88 °C")
+        beat(temperature_c=88, xids=[79])
+        note = row.locator(".health.unhealthy")
+        expect(note).to_have_text("unhealthy, takes no new job: Xid 79 on GPU 1")
+        expect(note).to_have_attribute("title", "Xid 79 on GPU 1\nGPU 1 at 88 °C")
+        raw.close()
+        assert problems.unexpected() == []
+    finally:
+        orchestrator.kill()

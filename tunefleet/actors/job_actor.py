@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from tunefleet.actors import job_stop, preemption
 from tunefleet.actors import messages as m
 from tunefleet.actors.approvals import decide_approval
 from tunefleet.actors.attempt_ends import classify_report, note_end, out_of_budget_error
@@ -21,7 +22,7 @@ from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden
 from tunefleet.fsm.failure_kinds import Classified, FailureKind
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
-from tunefleet.protocol.events import DEFAULT_CANCEL_REASON, JobRequirements, JobSubmitEvent
+from tunefleet.protocol.events import JobRequirements, JobSubmitEvent
 from tunefleet.protocol.status import RUNNING_STATUSES, TERMINAL_STATUSES, ReportedStatus
 from tunefleet.tokens import hash_token, new_upload_token
 
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-_TIMEOUT = Classified(FailureKind.TIMEOUT, None)
-_CANCELLED = Classified(FailureKind.CANCELLED, None)
 # What agents say (training already read as running at the wire) or a heartbeat carried.
 _RUNNING_WORDS = RUNNING_STATUSES | {m.HEARTBEAT_PROGRESS}
 
@@ -48,6 +47,7 @@ class JobActor(JobFsmMixin, Actor):
         self.failures = record.failures  # its ended attempts: kind, signature, worker
         self.infra_failures = record.infra_failures
         self.infra_retries = ctx.settings.infra_retries
+        self.preempted = record.preempted
         self.max_retries = record.max_retries
         self.worker_id: str | None = record.worker_id
         self.past_workers: set[str] = set()
@@ -57,6 +57,8 @@ class JobActor(JobFsmMixin, Actor):
         # Why the orchestrator asked the agent to stop ("cancelled by …" or "timeout").
         self.stop_reason: str | None = record.stop_reason
         self.stop_is_timeout = record.stop_is_timeout
+        # A preemption under way, and workers owing a report on a preempted attempt.
+        self.preempt_reason, self.reports_owed = record.preempt_reason, dict[str, int]()
         # This attempt's acknowledgement, run and cancel-grace timers: the job's own
         # (each expiry names its attempt, so a late one for an earlier attempt is ignored).
         self.timers: list[Any] = []
@@ -73,7 +75,7 @@ class JobActor(JobFsmMixin, Actor):
         return PendingJob(
             self.job_id,
             self.rec.priority,
-            self.rec.seq,
+            preemption.queue_seq(self.rec),
             self.rec.requirements(),
             avoid=avoided_workers(self.failures, self.unacknowledged_by),
             shun=shunned_workers(self.failures),
@@ -86,7 +88,7 @@ class JobActor(JobFsmMixin, Actor):
             case m.StatusReported():
                 return await self.on_status(message)
             case m.CancelJob(reason=reason, actor=actor):
-                return await self.on_cancel(reason, actor)
+                return await job_stop.cancel(self, reason, actor)
             case m.DecideApproval():
                 return await decide_approval(self, message)
             case m.Snapshot():
@@ -100,9 +102,13 @@ class JobActor(JobFsmMixin, Actor):
             case m.NotDelivered():
                 await self.on_not_delivered(message)
             case m.RunTimeoutExpired(attempt=attempt):
-                await self.on_run_timeout_expired(attempt)
+                await job_stop.on_run_timeout_expired(self, attempt)
             case m.CancelGraceExpired(attempt=attempt):
-                await self.on_cancel_grace_expired(attempt)
+                await job_stop.on_cancel_grace_expired(self, attempt)
+            case m.PreemptJob(reason=reason, actor=actor):
+                return await preemption.request_preemption(self, reason, actor)
+            case m.PreemptGraceExpired(attempt=attempt):
+                await preemption.on_preempt_grace_expired(self, attempt)
             case _:
                 raise TypeError(f"JobActor cannot handle {type(message).__name__}")
         return None
@@ -206,6 +212,7 @@ class JobActor(JobFsmMixin, Actor):
 
     def _dispatched(self, token: str, now: float) -> None:
         self.upload_token = token
+        self.rec.preempted_last = False  # it left the head of its band
         self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
 
     def submit_event(self) -> JobSubmitEvent:
@@ -249,6 +256,8 @@ class JobActor(JobFsmMixin, Actor):
     # --- reports from the worker -------------------------------------------------------
 
     async def on_status(self, msg: m.StatusReported) -> dict[str, Any]:
+        if (owed := preemption.answer_owed_report(self, msg)) is not None:
+            return owed
         if msg.worker_id != self.worker_id:
             if msg.worker_id in self.past_workers:
                 raise Conflict(
@@ -324,6 +333,8 @@ class JobActor(JobFsmMixin, Actor):
         if self.stop_reason is not None and self.worker_id:
             # Cancelled while dispatched: the agent has it now, so tell it again.
             self._tell_worker(m.PushCancel(self.job_id, self.stop_reason))
+        elif self.preempt_reason is not None:  # likewise, and its bound again
+            preemption.repeat_preempt_request(self)
         self._publish()
 
     async def _record_resume(self, checkpoint: str, now: float) -> None:
@@ -346,6 +357,8 @@ class JobActor(JobFsmMixin, Actor):
         reported: dict[str, Any] | None,
         evidence: dict[str, Any] | None = None,
     ) -> None:
+        if await preemption.ended_by_report(self, word, now, reported):
+            return
         if word == ReportedStatus.COMPLETED:
             await self._end("complete", JobState.COMPLETED, None, now, reported)
         elif word == ReportedStatus.FAILED and self.stop_reason is None:
@@ -362,11 +375,8 @@ class JobActor(JobFsmMixin, Actor):
                 self._release_worker(hold=True)
                 await self._requeue_or_fail(failure, now, ended=ended)
                 return
-        elif self.stop_is_timeout:
-            await self._end("fail", JobState.FAILED, self.stop_reason, now, reported, _TIMEOUT)
-        elif self.stop_reason is not None:
-            stop = self.stop_reason
-            await self._end("cancel", JobState.CANCELLED, stop, now, reported, _CANCELLED)
+        elif self.stop_reason is not None:  # a cancel or the run timeout: job_stop.py
+            await job_stop.end_as_asked(self, self.stop_reason, now, reported)
         else:
             # The agent stopped the job on its own (it is shutting down): not the job's fault.
             # The worker no longer runs it either, so it is released like any final report.
@@ -420,60 +430,6 @@ class JobActor(JobFsmMixin, Actor):
         self._release_worker(hold=False)
         await self._requeue_or_fail(msg.reason, self.ctx.clock.time(), undelivered=True)
 
-    async def on_run_timeout_expired(self, attempt: int) -> None:
-        if self.state != JobState.RUNNING or attempt != self.attempts:
-            return
-        if self.stop_reason is not None:
-            return  # already being stopped (cancelled): that stop decides the outcome
-        self.stop_reason = f"exceeded its timeout of {self.rec.timeout_minutes:g} minutes"
-        self.stop_is_timeout = True
-        await self._ask_worker_to_stop()
-
-    async def on_cancel(self, reason: str, actor: str) -> dict[str, Any]:
-        if self.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED):
-            raise Conflict(f"job {self.job_id} is already {self.state}; nothing to cancel")
-        await self.ctx.audit.record(AuditKind.JOB_CANCELLED, actor=actor, target=self.job_id)
-        if self.state in (JobState.PENDING, JobState.PENDING_APPROVAL):
-            self.ctx.scheduler.tell(m.JobGone(self.job_id))
-            await self._end("cancel", JobState.CANCELLED, reason, self.ctx.clock.time())
-            await self._stop_self()
-            return {"success": True, "job_id": self.job_id, "status": self.state}
-        if self.stop_reason is None:
-            self.stop_reason = reason
-            await self._ask_worker_to_stop()
-        return {"success": True, "job_id": self.job_id, "status": "cancelling"}
-
-    async def _ask_worker_to_stop(self) -> None:
-        await self.ctx.persistence.record_stop_request(
-            self.job_id,
-            self.attempts,
-            self.worker_id,
-            self.stop_reason or DEFAULT_CANCEL_REASON,
-            self.stop_is_timeout,
-            self.ctx.clock.time(),
-        )
-        self.repeat_stop_request()
-        self._publish()
-
-    def repeat_stop_request(self) -> None:
-        """Push the cancel to the agent and give it the grace period to confirm (again,
-        after a restart)."""
-        self._tell_worker(m.PushCancel(self.job_id, self.stop_reason or DEFAULT_CANCEL_REASON))
-        self.arm_cancel_grace()
-
-    async def on_cancel_grace_expired(self, attempt: int) -> None:
-        if attempt != self.attempts or self.state not in (JobState.DISPATCHED, JobState.RUNNING):
-            return
-        # The agent never confirmed; end the job here and free the worker.
-        now = self.ctx.clock.time()
-        reason = f"{self.stop_reason} (the worker did not confirm the stop)"
-        if self.stop_is_timeout:
-            await self._end("fail", JobState.FAILED, reason, now, None, _TIMEOUT)
-        else:
-            await self._end("cancel", JobState.CANCELLED, reason, now, None, _CANCELLED)
-        self._release_worker(hold=False)
-        await self._stop_self()
-
     # --- common endings ------------------------------------------------------------------
 
     async def _requeue_or_fail(
@@ -485,15 +441,12 @@ class JobActor(JobFsmMixin, Actor):
         unacknowledged: bool = False,
         ended: Classified | None = None,
     ) -> None:
+        if await preemption.ended_by_loss(self, reason, now):
+            return
         if self.stop_reason is not None:
             # A cancel or timeout was asked for: losing the worker (or its acknowledgement)
             # ends the job as that stop would have; it never goes back to the queue.
-            kind, dest, why = (
-                ("fail", JobState.FAILED, _TIMEOUT)
-                if self.stop_is_timeout
-                else ("cancel", JobState.CANCELLED, _CANCELLED)
-            )
-            await self._end(kind, dest, self.stop_reason, now, None, why)
+            await job_stop.end_as_asked(self, self.stop_reason, now)
             await self._stop_self()
             return
         worker_id = self.worker_id
@@ -611,9 +564,6 @@ class JobActor(JobFsmMixin, Actor):
             remaining = max(0.0, self.rec.timeout_minutes * 60.0 - elapsed_s)
             self._arm(remaining, m.RunTimeoutExpired(self.attempts))
 
-    def arm_cancel_grace(self) -> None:
-        self._arm(self.ctx.settings.cancel_grace_s, m.CancelGraceExpired(self.attempts))
-
     def _arm(self, delay_s: float, message: object) -> None:
         self.timers.append(self.ctx.clock.call_later(delay_s, partial(self.try_tell, message)))
 
@@ -637,6 +587,7 @@ class JobActor(JobFsmMixin, Actor):
             worker_id=self.worker_id,
             attempt=self.attempts,
             undelivered=self.undelivered,  # attempts that spent no retry: "1 of 4", not "2 of 4"
+            preempted=self.preempted,
             progress=self.rec.progress,
             error=self.rec.error,
         )

@@ -106,6 +106,7 @@ class WorkerView:
     # False until its agent first registers: its GPUs are unknown (reported as none).
     hardware_known: bool = True
     # Why it is quarantined (it takes no job; wait reasons say why); None: it is not.
+    # An unhealthy GPU reading quarantines it too (worker_health.py).
     quarantine_reason: str | None = None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +10,7 @@ from tunefleet.actors.matching import Requirements, WorkerView
 from tunefleet.actors.retry_policy import PastFailure
 from tunefleet.commands import loader_env_names
 from tunefleet.fsm.worker import WorkerState
+from tunefleet.gpu_health import Health, HealthSample, assess
 
 if TYPE_CHECKING:
     from tunefleet.actors import messages as m
@@ -57,6 +58,12 @@ class WorkerRecord:
     # Why it is quarantined (None: it is not) and since when (actors/worker_quarantine.py).
     quarantine_reason: str | None = None
     quarantined_at: float | None = None
+    # GPU health from the agent's heartbeats (worker_health.py); not stored. An unhealthy
+    # reading quarantines the worker; the quarantine is what is stored.
+    health: Health | None = None
+    gpu_health: HealthSample | None = None
+    # The last reading judged and its verdict: a heartbeat is judged once, not twice.
+    _judged: tuple[HealthSample, Health] | None = None
 
     def effective_labels(self) -> dict[str, str]:
         # What an admin assigned wins over what the agent claims about itself.
@@ -118,7 +125,18 @@ class WorkerRecord:
             self.gpu_utilization = list(msg.gpu_utilization)
         if msg.vram_used_gb is not None:
             self.vram_used_gb = list(msg.vram_used_gb)
+        if msg.gpu_health is not None:
+            self.gpu_health = msg.gpu_health
+            self.health = self.judge(msg.gpu_health)
         self.job_progress = msg.job_progress
+
+    def judge(self, sample: HealthSample | None) -> Health | None:
+        """The health a heartbeat's reading makes this worker's (unchanged without one)."""
+        if sample is None:
+            return self.health
+        if self._judged is None or self._judged[0] is not sample:
+            self._judged = (sample, assess(sample))
+        return self._judged[1]
 
     def public(
         self,
@@ -173,6 +191,10 @@ class WorkerRecord:
             "quarantined": self.quarantine_reason is not None,
             "quarantine_reason": self.quarantine_reason,
             "quarantined_at": iso(self.quarantined_at),
+            "health": self.health.level.value if self.health is not None else None,
+            "health_reason": self.health.reason if self.health is not None else None,
+            "health_problems": list(self.health.problems) if self.health is not None else [],
+            "gpu_health": asdict(self.gpu_health) if self.gpu_health is not None else None,
         }
 
     def agent_warnings(self) -> list[str]:
@@ -222,6 +244,7 @@ class JobRecord:
     # failures (loaded from its attempts): the retry policy's history.
     failures: list[PastFailure] = field(default_factory=list)
     infra_failures: int = 0
+    preempted: int = 0  # attempts that ended preempted (loaded from the timeline)
     timeout_minutes: float | None = None
     worker_id: str | None = None
     submitted_by: str | None = None
@@ -239,6 +262,11 @@ class JobRecord:
     # confirmed yet; loaded from the timeline so that it outlives a restart.
     stop_reason: str | None = None
     stop_is_timeout: bool = False
+    # A preemption asked of the agent for the current attempt and not confirmed yet, and
+    # whether the job waits at the head of its priority band (its last attempt was
+    # preempted); both loaded from the timeline.
+    preempt_reason: str | None = None
+    preempted_last: bool = False
     # Decided at submit: its submitter controls the orchestrator, so a local run may be as
     # the orchestrator's own user (tunefleet/actors/local_isolation.py).
     local_unisolated: bool = False

@@ -119,9 +119,14 @@ class Outbox:
 
     def find(self, job_id: str, type_: str) -> dict[str, Any] | None:
         """The data of a kept (unacknowledged) event of a job, by type; None if there is none."""
+        event = self.find_event(job_id, type_)
+        return event.data if event is not None else None
+
+    def find_event(self, job_id: str, type_: str) -> StreamEvent | None:
+        """A kept (unacknowledged) event of a job, by type; None if there is none."""
         for event in self._events:
             if event.job_id == job_id and event.type == type_:
-                return event.data
+                return event
         return None
 
     def acknowledge_type(self, type_: str) -> None:

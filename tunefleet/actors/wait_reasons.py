@@ -144,13 +144,16 @@ def _reason_among_connected(
     if idle:
         return _imminent(idle[0]), None
     busy = [w.worker_id for w in qualifying if w.quarantine_reason is None]
-    parts = ["every qualifying worker is busy or draining: " + _list_ids(busy)] if busy else []
-    # A bad machine takes no job: say so, with why (actors/quarantine_policy.py).
-    parts += [
-        f"{w.worker_id} quarantined: {w.quarantine_reason}"
-        for w in qualifying
-        if w.quarantine_reason is not None
-    ][:_LISTED_WORKERS]
+    held = [w for w in qualifying if w.quarantine_reason is not None]
+    if not held:
+        return "every qualifying worker is busy or draining: " + _list_ids(busy), busy
+    # A bad machine takes no job (failures there: actors/quarantine_policy.py; an unhealthy
+    # GPU reading: worker_health.py; or an admin): say so, with why.
+    parts = [f"{w.worker_id} quarantined: {w.quarantine_reason}" for w in held[:_LISTED_WORKERS]]
+    if len(held) > _LISTED_WORKERS:
+        parts.append(f"{len(held) - _LISTED_WORKERS} more quarantined")
+    if busy:
+        parts.insert(0, "qualifying workers busy or draining: " + _list_ids(busy))
     return "; ".join(parts), [w.worker_id for w in qualifying]
 
 

@@ -15,10 +15,14 @@ from tunefleet.actors.context import FleetContext
 from tunefleet.actors.deadline import Deadline
 from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
 from tunefleet.actors.matching import WorkerView
+from tunefleet.actors.preemption import no_report_owed
 from tunefleet.actors.records import WorkerRecord
+from tunefleet.actors.redelivery import submit_to_redeliver
 from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.stream import Outbox, StreamConnection
 from tunefleet.actors.stream_presence import ReconnectGrace
+from tunefleet.actors.worker_health import health_moves
+from tunefleet.actors.worker_health import on_heartbeat as on_health_heartbeat
 from tunefleet.audit import AuditKind
 from tunefleet.errors import Conflict
 from tunefleet.fsm.job import JobState
@@ -115,7 +119,7 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if self.outbox.last_event_id + EVENT_IDS_PER_MESSAGE > self.event_ids_reserved:
             return LATER
         match message:
-            case m.HeartbeatReceived():
+            case m.HeartbeatReceived() if not health_moves(self, message):
                 return self.on_heartbeat(message)
             case m.ReserveForJob(job_id=job_id):
                 return self.on_reserve(job_id)
@@ -157,8 +161,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
 
     async def _handle(self, message: object) -> object:
         match message:
-            case m.HeartbeatReceived():
-                return self.on_heartbeat(message)
+            case m.HeartbeatReceived():  # its health level moves: worker_health.py
+                return await on_health_heartbeat(self, message)
             case m.Register():
                 return await self.on_register(message)
             case m.OpenStream():
@@ -189,8 +193,12 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 await self.on_cancel_reservation(job_id)
             case m.PushJob():
                 self.on_push_job(message)
-            case m.PushCancel(job_id=job_id, reason=reason):
-                self.push(JobCancelEvent(job_id=job_id, reason=reason), job_id)
+            case m.PushCancel(job_id=job_id, reason=reason, preempt_grace_s=grace):
+                preempt = grace is not None
+                event = JobCancelEvent(
+                    job_id=job_id, reason=reason, preempt=preempt, grace_seconds=grace
+                )
+                self.push(event, job_id)
             case m.JobAcknowledged(job_id=job_id):
                 self.outbox.acknowledge_job(job_id, "job_submit")
             case m.JobReleased():
@@ -258,6 +266,10 @@ class WorkerActor(WorkerFsmMixin, Actor):
                     job.tell(m.WorkerLost(self.worker_id, reason))
                 self.outbox.acknowledge_job(held)
                 self.current_job_id = None
+        if self.report_hold is not None:
+            # A report owed on a preempted attempt is not awaited any longer: the agent
+            # abandons that job (abandon_job) and takes a new one only once it stopped.
+            self._end_report_hold(self.report_hold)
         self.rec.apply_registration(msg, now)
         self.outbox.acknowledge_type("shutdown")
         self.retiring = False
@@ -358,9 +370,22 @@ class WorkerActor(WorkerFsmMixin, Actor):
         job = self.ctx.jobs.get(self.current_job_id) if self.current_job_id else None
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
             job.tell(m.StatusReported(self.worker_id, m.HEARTBEAT_PROGRESS, msg.job_progress, None))
+        if no_report_owed(self, msg.current_job_id):
+            self._announce()  # it no longer holds a preempted job: free for new work
+        self._redeliver_if_dropped(msg.current_job_id)
         self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
         self._show()  # live pages show GPU use and "last seen"
         return True
+
+    def _redeliver_if_dropped(self, reported_job_id: str | None) -> None:
+        """The agent says it holds no job (or another) while its dispatch waits to be
+        acknowledged: it dropped the job_submit (redelivery.py); the same event again."""
+        conn, held = self.connection, self.current_job_id
+        submit = submit_to_redeliver(self.outbox, held, conn is not None, reported_job_id)
+        if submit is not None and conn is not None:
+            conn.send(submit)
+            self.ctx.metrics.redeliveries.inc()
+            log.info("job_submit sent again", worker_id=self.worker_id, job_id=held)
 
     def _heartbeat_expired(self) -> None:
         self.try_tell(m.HeartbeatExpired())
@@ -442,9 +467,11 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if msg.hold_until_report_written:
             self.report_hold = msg.job_id
             self._cancel_report_hold_timer()
-            self.report_hold_timer = self.ctx.clock.call_later(
-                self.ctx.settings.report_hold_s, partial(self.try_tell, m.ReportWritten(msg.job_id))
-            )
+            if not msg.until_final_report:
+                self.report_hold_timer = self.ctx.clock.call_later(
+                    self.ctx.settings.report_hold_s,
+                    partial(self.try_tell, m.ReportWritten(msg.job_id)),
+                )
         # No write of this worker's row: the job's end (or requeue) is committed, and the
         # job table says which worker holds which job, so a restart finds it free anyway
         # (Fleet.start). The row's busy/idle and current_job_id follow at its next write.

@@ -37,6 +37,7 @@ from tunefleet.agent.client import (
     WorkerClient,
 )
 from tunefleet.agent.gpu import GpuInventory, GpuSample
+from tunefleet.agent.gpu_health_reader import health_wire
 from tunefleet.agent.identity import reconcile, reconnect_limit_s
 from tunefleet.agent.job_slot import AgentLifecycle, Executor, JobSlot
 from tunefleet.agent.outbox import Outbox, ReportSender
@@ -388,7 +389,9 @@ class Agent:
             if cancel is None:
                 log.info("ignoring a job_cancel without a job_id")
                 return
-            await self.jobs.cancel(cancel.job_id, cancel.reason or "cancelled by the orchestrator")
+            reason = cancel.reason or "cancelled by the orchestrator"
+            grace = cancel.grace_seconds if cancel.preempt else None
+            await self.jobs.cancel(cancel.job_id, reason, grace)
         elif kind == "drain":
             self._on_drain()
         elif kind == "shutdown":
@@ -433,7 +436,9 @@ class Agent:
             job_progress=self.jobs.progress,
             gpu_utilization=sample.utilization_pct,
             vram_used_gb=sample.memory_used_gb,
-        ).model_dump()
+        ).model_dump(exclude={"gpu_health"})
+        if sample.health is not None:  # an addition older orchestrators ignore
+            body["gpu_health"] = health_wire(sample.health)
         timeout = min(self.settings.request_timeout_s, max(self.settings.heartbeat_interval_s, 1.0))
         try:
             await self.client.heartbeat(body, timeout_s=timeout)

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import structlog
 
+from tunefleet.agent.gpu_health_reader import GpuHealthReader
+from tunefleet.gpu_health import HealthSample
 from tunefleet.protocol.endpoints import GpuDeviceReport, RegisterRequest, ReportedGpus
 
 log = structlog.get_logger(__name__)
@@ -88,10 +90,12 @@ class GpuInventory:
 
 @dataclass(frozen=True, slots=True)
 class GpuSample:
-    """Per-device load for heartbeats, in device order; empty when unknown."""
+    """Per-device load for heartbeats, in device order; empty when unknown. ``health``:
+    the GPU health reading (gpu_health_reader.py); None when NVML is not there at all."""
 
     utilization_pct: list[float]
     memory_used_gb: list[float]
+    health: HealthSample | None = None
 
 
 def cuda_version_string(version: int) -> str:
@@ -116,6 +120,7 @@ class GpuProbe:
     def __init__(self, nvml: Any = None) -> None:
         self._nvml = nvml
         self._ready: bool | None = None  # None: not tried yet; NVML is initialised once
+        self._health: GpuHealthReader | None = None  # set up by the first inventory
 
     def inventory(self) -> GpuInventory:
         try:
@@ -132,6 +137,9 @@ class GpuProbe:
             return GpuSample([], [])
 
     def close(self) -> None:
+        if self._health is not None:
+            self._health.close()
+            self._health = None
         if self._ready and self._nvml is not None:
             self._query(self._nvml.nvmlShutdown)
         self._ready = None
@@ -169,16 +177,23 @@ class GpuProbe:
 
     def _handles(self) -> list[Any]:
         """One handle per device index; None where NVML would not give one."""
+        return self._counted_handles() or []
+
+    def _counted_handles(self) -> list[Any] | None:
+        """As `_handles`, but None when NVML would not count the devices."""
         nvml = self._nvml
         count = self._query(nvml.nvmlDeviceGetCount)
-        return [self._query(nvml.nvmlDeviceGetHandleByIndex, i) for i in range(int(count or 0))]
+        if count is None:
+            return None
+        return [self._query(nvml.nvmlDeviceGetHandleByIndex, i) for i in range(int(count))]
 
     def _inventory(self) -> GpuInventory:
         if not self._init():
             return GpuInventory()
         nvml = self._nvml
         devices: list[GpuDevice] = []
-        for index, handle in enumerate(self._handles()):
+        handles = self._handles()
+        for index, handle in enumerate(handles):
             if handle is None:
                 continue
             name = self._query(nvml.nvmlDeviceGetName, handle)
@@ -192,6 +207,7 @@ class GpuProbe:
                     uuid=_text(uuid) if uuid is not None else None,
                 )
             )
+        self._start_health([(d.index, d.uuid, handles[d.index]) for d in devices])
         driver = self._query(nvml.nvmlSystemGetDriverVersion)
         cuda = self._query(nvml.nvmlSystemGetCudaDriverVersion)
         return GpuInventory(
@@ -200,14 +216,32 @@ class GpuProbe:
             cuda_version=cuda_version_string(int(cuda)) if cuda is not None else None,
         )
 
+    def _start_health(self, devices: list[tuple[int, str | None, Any]]) -> None:
+        """The GPUs registered now are those whose absence later counts as missing."""
+        if self._health is not None:
+            self._health.close()
+        errors = (self._nvml_error(), OSError, ValueError, UnicodeError)
+        self._health = GpuHealthReader(self._nvml, self._query, errors)
+        self._health.start(devices)
+
+    def _read_health(self, handles: list[Any] | None) -> HealthSample | None:
+        if self._health is None or not self._health.gpus_registered:
+            return None  # no GPU at registration: nothing to judge
+        try:
+            return self._health.read(handles)
+        except Exception as error:  # health is extra: the load sample still goes out
+            log.warning("gpu health reading failed", error=repr(error))
+            return None
+
     def _sample(self) -> GpuSample:
         if not self._init():
             return GpuSample([], [])
         nvml = self._nvml
         utilization: list[float] | None = []
         memory_used: list[float] | None = []
+        handles = self._counted_handles()
         # Each list is all or nothing, so position i always means device i.
-        for handle in self._handles():
+        for handle in handles or []:
             rates = memory = None
             if handle is not None:
                 rates = self._query(nvml.nvmlDeviceGetUtilizationRates, handle)
@@ -216,17 +250,23 @@ class GpuProbe:
                 utilization = None if rates is None else [*utilization, float(rates.gpu)]
             if memory_used is not None:
                 memory_used = None if memory is None else [*memory_used, _gib(memory.used)]
-        return GpuSample(utilization or [], memory_used or [])
+        return GpuSample(utilization or [], memory_used or [], self._read_health(handles))
 
 
 def probe_from_environment(environ: Mapping[str, str] | None = None) -> GpuProbe:
     """The real NVML, or the fake one TUNEFLEET_FAKE_GPUS describes (tests and demos only:
     tunefleet/agent/fake_nvml.py). A malformed value raises FakeGpuSpecError."""
-    from tunefleet.agent.fake_nvml import ENV_FAKE_GPUS, FAKE_GPUS_WARNING, parse_fake_gpus
+    from tunefleet.agent.fake_nvml import (
+        ENV_FAKE_GPU_FAULTS,
+        ENV_FAKE_GPUS,
+        FAKE_GPUS_WARNING,
+        parse_fake_gpus,
+    )
 
-    spec = (os.environ if environ is None else environ).get(ENV_FAKE_GPUS, "").strip()
+    env = os.environ if environ is None else environ
+    spec = env.get(ENV_FAKE_GPUS, "").strip()
     if not spec:
         return GpuProbe()
-    nvml = parse_fake_gpus(spec)
+    nvml = parse_fake_gpus(spec, env.get(ENV_FAKE_GPU_FAULTS, "").strip() or None)
     log.warning(FAKE_GPUS_WARNING, gpus=len(nvml.gpus))
     return GpuProbe(nvml=nvml)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 import click
 from rich.text import Text
 
 from tunefleet.actors.delete_advice import CLI_FORCE, refused_delete_advice
-from tunefleet.cli.client import ApiClient, ApiRefused, CliError, Connection
 from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
 from tunefleet.cli.output import (
     NONE,
@@ -24,6 +22,10 @@ from tunefleet.cli.output import (
     relative_time,
     status_text,
 )
+from tunefleet.client import operations as ops
+from tunefleet.client.connection import Connection
+from tunefleet.client.errors import ApiError
+from tunefleet.client.transport import Transport
 from tunefleet.fsm.worker import WorkerState
 
 WORKER_STATUSES = tuple(state.value for state in WorkerState)
@@ -35,8 +37,7 @@ def workers() -> None:
     delete."""
 
 
-def _path(worker_id: str, action: str = "") -> str:
-    return f"/api/admin/workers/{quote(worker_id, safe='')}{action}"
+_path = ops.worker_path
 
 
 def gpus_text(worker: dict[str, Any]) -> str:
@@ -47,6 +48,20 @@ def gpus_text(worker: dict[str, Any]) -> str:
     text = f"{count}x {worker.get('gpu_name') or 'GPU'}"
     if worker.get("gpu_vram_gb"):
         text += f" ({plain(worker['gpu_vram_gb'])} GB)"
+    return text
+
+
+HEALTH_STYLES = {"healthy": "green", "degraded": "yellow", "unhealthy": "red"}
+
+
+def health_text(worker: dict[str, Any], *, with_reason: bool = False) -> Text | str:
+    """'unhealthy', or 'unhealthy: Xid 79 on GPU 1'; '-' when the agent sends no reading."""
+    level = worker.get("health")
+    if not level:
+        return NONE
+    text = Text(str(level), style=HEALTH_STYLES.get(str(level), ""))
+    if with_reason and worker.get("health_reason"):
+        text.append(f": {worker['health_reason']}")
     return text
 
 
@@ -73,13 +88,16 @@ def list_workers(conn: Connection, status: str | None, as_json: bool) -> None:
             "yes" if w.get("connected") else "no",
             w.get("worker_type") or NONE,
             gpus_text(w),
+            health_text(w),
             pairs_text(w.get("labels")),
             w.get("current_job_id") or NONE,
             _last_seen(w),
         ]
         for w in data["workers"]
     ]
-    columns = ["ID", "NAME", "STATUS", "CONNECTED", "TYPE", "GPUS", "LABELS", "JOB", "LAST SEEN"]
+    columns = [
+        "ID", "NAME", "STATUS", "CONNECTED", "TYPE", "GPUS", "HEALTH", "LABELS", "JOB", "LAST SEEN",
+    ]  # fmt: skip
     empty = no_match(
         "worker", {"--status": status}, "No workers. Create one with: tunefleet workers create NAME"
     )
@@ -110,6 +128,9 @@ def show_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
             ("Connected", "yes" if w.get("connected") else "no"),
             ("Type", w.get("worker_type") or NONE),
             ("GPUs", gpus_text(w)),
+            # An unhealthy worker takes no new job: the reason says what its agent saw.
+            ("Health", health_text(w, with_reason=True)),
+            *(("", f"  {problem}") for problem in (w.get("health_problems") or [])[1:]),
             ("Labels", pairs_text(w.get("labels"))),
             ("Agent labels", pairs_text(w.get("agent_labels"))),
             ("Job", f"{job} {progress_text(w.get('job_progress'))}" if job else NONE),
@@ -219,8 +240,7 @@ def resume_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
 @connection_options
 def quarantine_worker(conn: Connection, worker_id: str, reason: str | None, as_json: bool) -> None:
     """Take no new job on a bad machine; its current job finishes (POST .../quarantine)."""
-    body = {"reason": reason} if reason else {}
-    data = call(conn, lambda api: api.post(_path(worker_id, "/quarantine"), body))
+    data = call(conn, lambda api: ops.quarantine_worker(api, worker_id, reason))
     if as_json:
         print_json(data)
         return
@@ -236,7 +256,7 @@ def quarantine_worker(conn: Connection, worker_id: str, reason: str | None, as_j
 @connection_options
 def release_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
     """End a quarantine: the worker takes jobs again (POST .../release)."""
-    data = call(conn, lambda api: api.post(_path(worker_id, "/release")))
+    data = call(conn, lambda api: ops.release_worker(api, worker_id))
     if as_json:
         print_json(data)
         return
@@ -263,7 +283,7 @@ def rotate_token(conn: Connection, worker_id: str, as_json: bool) -> None:
     _print_token(data, f"New token for {worker_id}; the old one no longer works.")
 
 
-async def _refusal_with_cli_advice(api: ApiClient, worker_id: str, refused: ApiRefused) -> CliError:
+async def _refusal_with_cli_advice(api: Transport, worker_id: str, refused: ApiError) -> ApiError:
     """The orchestrator's 409 advises ``?force=true``; say the same with ``--force``."""
     if refused.status != 409:
         return refused
@@ -277,7 +297,7 @@ async def _refusal_with_cli_advice(api: ApiClient, worker_id: str, refused: ApiR
         worker.get("current_job_id"),
         CLI_FORCE,
     )
-    return ApiRefused(refused.status, advice)
+    return type(refused)(refused.status, advice)
 
 
 @workers.command("delete")
@@ -297,10 +317,10 @@ def delete_worker(conn: Connection, worker_id: str, force: bool, yes: bool, as_j
             what += f" and requeue its job {worker['current_job_id']}"
         click.confirm(f"Delete {what}?", abort=True)
 
-    async def delete(api: ApiClient) -> Any:
+    async def delete(api: Transport) -> Any:
         try:
             return await api.delete(_path(worker_id), {"force": "true" if force else None})
-        except ApiRefused as refused:
+        except ApiError as refused:
             raise await _refusal_with_cli_advice(api, worker_id, refused) from None
 
     data = call(conn, delete)

@@ -17,6 +17,14 @@ NCCL or Xid errors, a GPU gone, the disk full: tunefleet/failure_kinds.py) is co
 ``infra_retries`` (the server's --infra-retries). A job error (the trainer failed on
 its own) spends a retry; actors/retry_policy.py fails a job at once whose error repeats
 on a second worker.
+
+A ``preempt``ed attempt (the orchestrator took its worker back for other work, or an
+administrator asked) ends ``preempted`` and puts the job back to pending whatever its
+retries: it spends neither a retry nor the infrastructure budget (``preempted`` counts
+them apart), since neither the job nor its worker did anything wrong. The stop itself
+(job_cancel, the trainer's grace to write a checkpoint) happens while the job is still
+dispatched or running; the transition fires when the worker has confirmed it, or when
+the orchestrator stopped waiting (actors/preemption.py).
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ DEFAULT_MAX_RETRIES: Final = 3
 MAX_UNDELIVERED: Final = 5
 # Infrastructure failures a job may be retried after (the last one past it fails it).
 DEFAULT_INFRA_RETRIES: Final = 5
+# The outcome of an attempt that was preempted (stored on the attempt and its timeline).
+PREEMPTED: Final = "preempted"
 
 
 class JobState(StrEnum):
@@ -89,6 +99,14 @@ JOB_TRANSITIONS: tuple[dict[str, Any], ...] = (
         "dest": "failed",
         "unless": "may_requeue",
     },
+    # Preempted: its worker was taken back. Back to the queue, whatever its retries (the
+    # attempt is counted in ``preempted``, never against max_retries).
+    {
+        "trigger": "preempt",
+        "source": ["dispatched", "running"],
+        "dest": "pending",
+        "before": "count_preemption",
+    },
     {
         "trigger": "cancel",
         "source": ["pending_approval", "pending", "dispatched", "running"],
@@ -110,13 +128,15 @@ class JobFsmMixin:
     undelivered: int = 0  # dispatches never acknowledged (not retries), this one included
     infra_failures: int = 0  # attempts ended by infrastructure (not retries), this one included
     infra_retries: int = DEFAULT_INFRA_RETRIES
+    preempted: int = 0  # attempts that ended preempted (neither retries nor infra failures)
 
     # --- guards -----------------------------------------------------------------------
 
     def retries_left(self) -> bool:
         """Whether another attempt is allowed (attempts counts the dispatches so far;
-        undelivered ones and infrastructure failures spend no retry)."""
-        return self.attempts - self.undelivered - self.infra_failures <= self.max_retries
+        undelivered and preempted ones and infrastructure failures spend no retry)."""
+        spent = self.attempts - self.undelivered - self.infra_failures - self.preempted
+        return spent <= self.max_retries
 
     def infra_retries_left(self) -> bool:
         """Whether the infrastructure failures so far stay within their own budget."""
@@ -136,3 +156,6 @@ class JobFsmMixin:
 
     def count_attempt(self) -> None:
         self.attempts += 1
+
+    def count_preemption(self) -> None:
+        self.preempted += 1

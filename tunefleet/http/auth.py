@@ -24,7 +24,7 @@ import structlog
 from aiohttp import web
 
 from tunefleet.http import keys
-from tunefleet.http.auth_throttle import client_key, throttle_of
+from tunefleet.http.auth_throttle import AuthThrottle, client_key, throttle_of
 from tunefleet.http.errors import ApiError
 from tunefleet.http.principal_streams import STREAM_MARK_KEY, principal_streams
 from tunefleet.http.sessions import CSRF_HEADER, SESSION_COOKIE, Session, sessions_of
@@ -236,9 +236,18 @@ def count_auth_failure(request: web.Request, kind: str) -> None:
 def throttle_wait_s(request: web.Request, credential_hash: str | None) -> float:
     """0, or how long the client's address must wait: it is past its failed sign-ins and
     this credential has not authenticated lately (then ``refuse_throttled``)."""
-    throttle = throttle_of(request)
-    if throttle is None:
-        return 0.0
+    return _wait_s(throttle_of(request), request, credential_hash)
+
+
+# The helpers below take the request's throttle, looked up once per request by the
+# authentication functions: every request passes them (issue 14's per-request cost).
+
+
+def _wait_s(
+    throttle: AuthThrottle | None, request: web.Request, credential_hash: str | None
+) -> float:
+    if throttle is None or throttle.quiet:
+        return 0.0  # nobody failed lately: no need to work out the client's address
     return throttle.wait_s(client_key(request.remote), credential_hash)
 
 
@@ -261,7 +270,16 @@ def refuse_throttled(request: web.Request, kind: AuthKind, wait_s: float) -> NoR
 
 def admit_credential(request: web.Request, kind: AuthKind, credential_hash: str | None) -> None:
     """429 unless the credential may be looked up (``throttle_wait_s``)."""
-    wait_s = throttle_wait_s(request, credential_hash)
+    _admit(throttle_of(request), request, kind, credential_hash)
+
+
+def _admit(
+    throttle: AuthThrottle | None,
+    request: web.Request,
+    kind: AuthKind,
+    credential_hash: str | None,
+) -> None:
+    wait_s = _wait_s(throttle, request, credential_hash)
     if wait_s > 0:
         refuse_throttled(request, kind, wait_s)
 
@@ -269,7 +287,12 @@ def admit_credential(request: web.Request, kind: AuthKind, credential_hash: str 
 def lookup_counted(request: web.Request) -> AbstractContextManager[None]:
     """Around an awaited credential lookup: it counts against the address's failed
     sign-ins while it runs, so concurrent guesses cannot overshoot the budget."""
-    throttle = throttle_of(request)
+    return _lookup_counted(throttle_of(request), request)
+
+
+def _lookup_counted(
+    throttle: AuthThrottle | None, request: web.Request
+) -> AbstractContextManager[None]:
     if throttle is None:
         return nullcontext()
     return throttle.lookup(client_key(request.remote))
@@ -345,14 +368,15 @@ async def _authenticate_api(request: web.Request) -> ApiPrincipal:
         if session_id:
             return await _authenticate_session(request, session_id)
     token_hash = hash_token(token) if token is not None else None
-    admit_credential(request, "api", token_hash)
+    throttle = throttle_of(request)
+    _admit(throttle, request, "api", token_hash)
     streams = principal_streams(request)
     if streams is not None:  # before the lookup: a revoke after it still ends the stream
         request[STREAM_MARK_KEY] = streams.mark()
     principal = None
     if token_hash is not None:
         try:
-            with lookup_counted(request):
+            with _lookup_counted(throttle, request):
                 principal = await _authenticator(request).resolve_api(token_hash)
         except UserDisabled as disabled:
             # Refused like a revoked token: counted against the address, recorded once
@@ -371,8 +395,8 @@ async def _authenticate_api(request: web.Request) -> ApiPrincipal:
         wrong_kind = token is not None and token.startswith(WORKER_TOKEN_PREFIX)
         detail = WORKER_TOKEN_AS_API if wrong_kind else API_UNAUTHORIZED
         raise ApiError(401, detail, headers={"WWW-Authenticate": "Bearer"})
-    if token_hash is not None:
-        credential_good(request, token_hash)
+    if token_hash is not None and throttle is not None:
+        throttle.succeeded(token_hash)  # credential_good
     request[API_PRINCIPAL_KEY] = principal
     return principal
 
@@ -382,7 +406,8 @@ async def _authenticate_session(request: web.Request, session_id: str) -> ApiPri
     principal a token of theirs would be (narrowed to nothing less than their role);
     401 once it has ended, 403 for a change without the session's CSRF token."""
     session_hash = hash_token(session_id)
-    admit_credential(request, "session", session_hash)
+    throttle = throttle_of(request)
+    _admit(throttle, request, "session", session_hash)
     streams = principal_streams(request)
     if streams is not None:
         request[STREAM_MARK_KEY] = streams.mark()
@@ -392,7 +417,7 @@ async def _authenticate_session(request: web.Request, session_id: str) -> ApiPri
     principal = None
     if session is not None and resolver is not None:
         try:
-            with lookup_counted(request):
+            with _lookup_counted(throttle, request):
                 principal = await resolver(session)
         except UserDisabled as disabled:
             if sessions is not None:
@@ -415,7 +440,8 @@ async def _authenticate_session(request: web.Request, session_id: str) -> ApiPri
             request, "session", f"CSRF token missing or wrong ({session.user})"
         )
         raise ApiError(403, CSRF_REFUSED)
-    credential_good(request, session_hash)
+    if throttle is not None:
+        throttle.succeeded(session_hash)  # credential_good
     request[API_PRINCIPAL_KEY] = principal
     return principal
 
@@ -426,7 +452,8 @@ async def authenticate_worker(request: web.Request) -> WorkerPrincipal:
     (``authorize``)."""
     token = extract_worker_token(request)
     token_hash = hash_token(token) if token is not None else None
-    wait_s = throttle_wait_s(request, token_hash)
+    throttle = throttle_of(request)
+    wait_s = _wait_s(throttle, request, token_hash)
     if token is None or token_hash is None:
         if wait_s > 0:
             refuse_throttled(request, "worker", wait_s)
@@ -443,7 +470,8 @@ async def authenticate_worker(request: web.Request) -> WorkerPrincipal:
         await refuse_credential(request, "worker", reason, token_hash)
         wrong_kind = token.startswith(API_TOKEN_PREFIX)
         raise ApiError(401, API_TOKEN_AS_WORKER if wrong_kind else WORKER_UNAUTHORIZED)
-    credential_good(request, token_hash)
+    if throttle is not None:
+        throttle.succeeded(token_hash)  # credential_good
     request[WORKER_PRINCIPAL_KEY] = principal
     return principal
 

@@ -34,8 +34,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -139,6 +138,12 @@ class AuthThrottle:
         # Credential lookups under way, per address: each may yet fail.
         self._in_flight: dict[str, int] = {}
 
+    @property
+    def quiet(self) -> bool:
+        """No address has failed lately: every credential may be looked up, so a request
+        need not work out its client's address to ask ``wait_s``."""
+        return not self._windows
+
     def wait_s(self, address: str, credential_hash: str | None) -> float:
         """0 when the credential may be looked up; otherwise the seconds until the address
         may try again (then ``refused_unchecked``)."""
@@ -156,20 +161,10 @@ class AuthThrottle:
             return 0.0
         return window.closes_at - now
 
-    @contextmanager
-    def lookup(self, address: str) -> Iterator[None]:
+    def lookup(self, address: str) -> _Lookup:
         """Around a credential's lookup once ``wait_s`` let it through: while it runs it
         counts against its address's budget."""
-        in_flight = self._in_flight
-        in_flight[address] = in_flight.get(address, 0) + 1
-        try:
-            yield
-        finally:
-            left = in_flight[address] - 1
-            if left:
-                in_flight[address] = left
-            else:
-                del in_flight[address]
+        return _Lookup(self._in_flight, address)
 
     def refused_unchecked(self, address: str, kind: str, target: str) -> None:
         """Count a 429 in the address's window (which ``wait_s`` found open)."""
@@ -252,6 +247,29 @@ class AuthThrottle:
                 break
             self._close(address)
         self._arm()
+
+
+class _Lookup:
+    """``AuthThrottle.lookup``'s context: a plain class, as every authenticated API
+    request enters one (a generator-based context manager costs several calls more)."""
+
+    __slots__ = ("_address", "_in_flight")
+
+    def __init__(self, in_flight: dict[str, int], address: str) -> None:
+        self._in_flight = in_flight
+        self._address = address
+
+    def __enter__(self) -> None:
+        in_flight, address = self._in_flight, self._address
+        in_flight[address] = in_flight.get(address, 0) + 1
+
+    def __exit__(self, *_exc: object) -> None:
+        in_flight, address = self._in_flight, self._address
+        left = in_flight[address] - 1
+        if left:
+            in_flight[address] = left
+        else:
+            del in_flight[address]
 
 
 AUTH_THROTTLE_KEY: web.AppKey[AuthThrottle] = web.AppKey("tunefleet_auth_throttle")

@@ -103,6 +103,11 @@ class SeenJobs:
         self._principal = principal
         self._answers: dict[str, bool] = {}
 
+    def known(self, job_id: str) -> bool | None:
+        """The kept answer for ``job_id``, None when it is yet to be looked up: the feed
+        asks this first, so an event of a job seen before costs no coroutine."""
+        return self._answers.get(job_id)
+
     async def allows(self, job_id: str) -> bool:
         answer = self._answers.get(job_id)
         if answer is None:

@@ -13,6 +13,7 @@ from aiohttp_sse import EventSourceResponse
 from tunefleet.actors import messages as m
 from tunefleet.actors.stream import StreamEvent
 from tunefleet.errors import Forbidden
+from tunefleet.gpu_health import sample_from_wire
 from tunefleet.http import keys
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.errors import ApiError
@@ -168,6 +169,7 @@ async def worker_heartbeat(request: web.Request) -> web.StreamResponse:
             job_progress=body.job_progress,
             gpu_utilization=body.gpu_utilization,
             vram_used_gb=body.vram_used_gb,
+            gpu_health=(sample_from_wire(body.gpu_health) if body.gpu_health is not None else None),
         ),
     )
     if not accepted:

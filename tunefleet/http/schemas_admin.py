@@ -82,12 +82,26 @@ class WorkerSummary(ResponseModel):
     quarantined: bool = Field(
         default=False,
         description="Takes no new job (a bad machine): automatically after repeated "
-        "failures that were its fault, or by an administrator; released by hand",
+        "failures that were its fault or a GPU reading that turned unhealthy, or by an "
+        "administrator; released by hand",
     )
     quarantine_reason: str | None = Field(
         default=None, description="Why it is quarantined, in one line"
     )
     quarantined_at: str | None = None
+    health: Literal["healthy", "degraded", "unhealthy"] | None = Field(
+        default=None,
+        description="Its GPUs' health from the agent's last reading; null: its agent "
+        "sends none (SimpleTuner's). A reading that turns unhealthy quarantines the worker",
+    )
+    health_reason: str | None = Field(
+        default=None, description="The worst finding, one line: 'Xid 79 on GPU 1'"
+    )
+    health_problems: list[str] = Field(default_factory=list, description="Every finding")
+    gpu_health: dict[str, Any] | None = Field(
+        default=None,
+        description="The agent's last reading as it sent it (docs/worker.md, GPU health)",
+    )
 
 
 class WorkerListResponse(ResponseModel):

@@ -104,8 +104,12 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
             await feed.send("hello", {"subscribers": hub.subscriber_count})
             while (event := await _next(sub, feed)) is not None:
                 job_id = event.data.get("job_id")
-                if seen is not None and job_id is not None and not await seen.allows(job_id):
-                    continue
+                if seen is not None and job_id is not None:
+                    allowed = seen.known(job_id)
+                    if allowed is None:
+                        allowed = await seen.allows(job_id)
+                    if not allowed:
+                        continue
                 await feed.send(event.kind, event.data, event.seq)
             if sub.overflowed:
                 await feed.send("overflow", {"detail": "fell behind; reload and reconnect"})

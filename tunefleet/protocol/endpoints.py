@@ -10,7 +10,7 @@ ignored, numbers where text is meant) and strict in size.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
@@ -177,9 +177,61 @@ Samples = Annotated[
 ]
 
 
+MAX_XIDS = 64
+# tunefleet/gpu_health.py's THROTTLE_REASONS (a test holds them equal).
+ThrottleReason = Literal[
+    "sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"
+]
+
+
+class GpuHealthReport(RequestModel):
+    """One GPU's health as tunefleet's agent reads it through NVML. Every field but
+    ``index`` may be null: unknown (NVML said NotSupported or failed), never a problem by
+    itself. A field that cannot be read is read as unknown, so an odd one never costs
+    the heartbeat."""
+
+    index: int = Field(ge=0, le=MAX_GPUS)
+    uuid: Annotated[ShortText | None, Forgiving] = None
+    ecc_uncorrectable: Annotated[int | None, Field(ge=0, le=2**53), Forgiving] = Field(
+        default=None, description="Uncorrectable ECC errors since the driver loaded (volatile)"
+    )
+    retired_pages_pending: Annotated[bool | None, Forgiving] = None
+    remapped_rows_pending: Annotated[bool | None, Forgiving] = None
+    remapping_failed: Annotated[bool | None, Forgiving] = None
+    throttle_reasons: Annotated[
+        Annotated[list[ThrottleReason], Field(max_length=8)] | None, Forgiving
+    ] = Field(default=None, description="Active clock throttle reasons")
+    temperature_c: Annotated[float | None, Field(ge=-100, le=1000), Forgiving] = None
+    xids: Annotated[
+        Annotated[list[Annotated[int, Field(ge=0, le=2**31)]], Field(max_length=MAX_XIDS)] | None,
+        Forgiving,
+    ] = Field(
+        default=None,
+        description="Xid codes seen on this GPU since the agent started (each once); "
+        "null: the NVML event API is not supported here",
+    )
+
+
+class GpuHealthSample(RequestModel):
+    """``gpu_health`` in a heartbeat (tunefleet's agent; older orchestrators ignore it)."""
+
+    gpus: Annotated[list[GpuHealthReport], Field(max_length=MAX_GPUS), Forgiving] = Field(
+        default_factory=list
+    )
+    missing: Annotated[Annotated[list[ShortText], Field(max_length=MAX_GPUS)] | None, Forgiving] = (
+        Field(
+            default=None,
+            description="UUIDs of GPUs registered at the agent's start that NVML no longer "
+            "lists; null: unknown",
+        )
+    )
+    registered: Annotated[int | None, Field(ge=0, le=MAX_GPUS), Forgiving] = None
+
+
 class HeartbeatRequest(RequestModel):
     """POST /api/workers/heartbeat, every 30 s. SimpleTuner's agent sends ``worker_id``,
-    ``status`` and ``current_job_id``; tunefleet's adds progress and GPU samples."""
+    ``status`` and ``current_job_id``; tunefleet's adds progress, GPU samples and GPU
+    health (``gpu_health``; an unreadable one is read as absent, never refused)."""
 
     worker_id: Identifier | None = None
     status: Annotated[ShortText, Field(max_length=32)] | None = None
@@ -187,6 +239,7 @@ class HeartbeatRequest(RequestModel):
     job_progress: ProgressObject | None = None
     gpu_utilization: Samples | None = None
     vram_used_gb: Samples | None = None
+    gpu_health: Annotated[GpuHealthSample | None, Forgiving] = None
 
 
 class OutputsReport(RequestModel):

@@ -72,6 +72,19 @@ function workerCell(w) {
       : null);
 }
 
+/** Its GPUs' health from the agent's last reading: nothing for an agent that sends none
+ * (SimpleTuner's), a quiet note when healthy, the worst finding when not (every finding
+ * in the tooltip). A reading that turns unhealthy quarantines the worker (the note
+ * above it says so); the health itself only informs. */
+export function healthNote(w) {
+  if (!w.health) return null;
+  if (w.health === 'healthy') return h('div', { class: 'cell-note health healthy' }, 'GPUs healthy');
+  const problems = w.health_problems || [];
+  const text = w.health === 'unhealthy'
+    ? `unhealthy: ${w.health_reason}` : `degraded: ${w.health_reason}`;
+  return h('div', { class: `cell-note health ${w.health}`, title: problems.join('\n') || null, role: 'status' }, text);
+}
+
 function jobCell(w) {
   if (!w.current_job_id) return h('span', { class: 'faint' }, '—');
   const pct = percentOf(w.job_progress);
@@ -135,14 +148,15 @@ export function mount(main) {
       render: workerCell,
     },
     {
-      label: 'Status', sig: (w) => `${w.status}|${w.drain_requested}|${w.connected}|${w.quarantine_reason}`,
+      label: 'Status', sig: (w) => JSON.stringify([w.status, w.drain_requested, w.connected, w.quarantine_reason, w.health, w.health_problems]),
       render: (w) => h('div', {}, badge(w.status),
         w.status !== 'offline' && !w.connected
           ? h('div', { class: 'cell-note not-connected', title: 'No open stream: it takes no job until its agent reconnects' }, 'not connected')
           : null,
         w.drain_requested && w.status !== 'draining' ? h('div', { class: 'cell-note' }, 'drain requested') : null,
-        // A bad machine takes no new job: say why (automatic, or by hand).
-        w.quarantined ? h('div', { class: 'cell-note quarantined', title: 'Takes no new job until released' }, `quarantined: ${w.quarantine_reason}`) : null),
+        // A bad machine takes no new job: say why (failures there, its GPUs' health, or by hand).
+        w.quarantined ? h('div', { class: 'cell-note quarantined', title: 'Takes no new job until released' }, `quarantined: ${w.quarantine_reason}`) : null,
+        healthNote(w)),
     },
     {
       label: 'GPUs',
