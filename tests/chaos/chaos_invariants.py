@@ -232,7 +232,7 @@ def _out_of_retries(job: JobView, outcomes: list[str | None]) -> bool:
     if infra is not None:
         # Each lost attempt, and the last one, which ended the job (outcome failed).
         return outcomes.count("lost") + 1 == int(infra.group(1)) + 1
-    free = outcomes.count("undelivered") + outcomes.count("preempted") + outcomes.count("lost")
+    free = outcomes.count("undelivered") + outcomes.count("preempted")
     return job.attempts - free == job.max_retries + 1 and "no retries left" in str(job.error)
 
 

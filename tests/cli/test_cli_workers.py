@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import urllib.request
@@ -111,6 +112,7 @@ def test_list_and_show_give_the_gpu_health_and_why(tf: Invoke, orchestrator: Orc
     text = " ".join(shown.stdout.split())
     assert "Health unhealthy: Xid 79 on GPU 1" in text
     assert "GPU 0 at 90 °C" in text  # every finding, under the first
+    assert "Quarantined GPU health: Xid 79 on GPU 1" in text  # the reading quarantined it
     none = _create(tf, "quiet-box")  # never reported: no health, not "healthy"
     assert "Health -" in " ".join(tf("workers", "show", none["worker_id"]).stdout.split())
 
@@ -172,6 +174,9 @@ def second_agent(
     orchestrator.wait_worker(created["worker_id"], "idle")
     yield agent, created["worker_id"]
     agent.stop()
+    # Gone whatever the test left of it: the next test's worker takes the same name.
+    with contextlib.suppress(ApiError):
+        orchestrator.request("DELETE", f"/api/admin/workers/{created['worker_id']}?force=true")
 
 
 def test_drain_resume_rotate_and_delete_a_live_worker(

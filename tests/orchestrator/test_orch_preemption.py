@@ -5,10 +5,13 @@ work until it reports or is lost. Every refusal is a clear domain error."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from orchestrator_testkit import FakeAgent, FleetHarness
 
 from tunefleet.actors.preemption import NotPreemptible
+from tunefleet.actors.quarantine_policy import QuarantineRule
 from tunefleet.errors import Conflict, NotFound
 
 pytestmark = pytest.mark.timeout(30)
@@ -316,3 +319,35 @@ async def test_a_restart_keeps_a_preempted_job_at_the_head_of_its_band(
     assert (await new.fleet.position(waiting))["position"] == 2
     actor = new.job_actor(job_id)
     assert actor is not None and actor.preempted == 1 and actor.retries_left()
+
+
+async def test_preempted_attempts_spend_no_budget_and_never_quarantine_the_worker(
+    harness: FleetHarness,
+) -> None:
+    """Issue 26 meets issue 25: whatever the trainer said when it stopped (a CUDA error
+    in its log reads as infrastructure anywhere else), or the worker lost meanwhile, a
+    preempted attempt's kind is ``preempted``: neither max_retries nor the
+    infrastructure budget is spent, and the worker it ran on is not held to blame."""
+    harness.ctx.settings = replace(
+        harness.ctx.settings, infra_retries=0, quarantine=QuarantineRule(after=1)
+    )
+    agent, job_id = await harness.running_job(max_retries=0)
+    for attempt in (1, 2, 3):
+        await agent.report(job_id, "running")
+        await _preempt(harness, job_id)
+        error = "exit code 1: RuntimeError: CUDA error: an illegal memory access"
+        await agent.report(job_id, "failed", error=error)
+        assert (await harness.job(job_id)).attempts == attempt + 1, "dispatched again"
+    await _preempt(harness, job_id)
+    await agent.disconnect()  # lost while it stops the 4th: preempted all the same
+    attempts = await harness.attempts(job_id)
+    assert [(a.outcome, a.kind) for a in attempts] == [("preempted", "preempted")] * 4
+    actor = harness.job_actor(job_id)
+    assert actor is not None
+    assert (actor.preempted, actor.infra_failures) == (4, 0)
+    assert (await harness.job(job_id)).state == "pending"
+    assert actor.pending_view().avoid == frozenset(), "the retry may go back there"
+    snapshot = await harness.fleet.get_worker(agent.worker_id)
+    assert snapshot["quarantined"] is False
+    failures = harness.ctx.metrics.attempt_failures.labels(kind="preempted")._value.get()
+    assert failures == 4

@@ -282,8 +282,11 @@ def test_a_workers_gpu_health_is_shown_live_with_why(
         expect(row.locator(".health.degraded")).to_have_text("degraded: GPU 1 at 88 °C")
         beat(temperature_c=88, xids=[79])
         note = row.locator(".health.unhealthy")
-        expect(note).to_have_text("unhealthy, takes no new job: Xid 79 on GPU 1")
+        expect(note).to_have_text("unhealthy: Xid 79 on GPU 1")
         expect(note).to_have_attribute("title", "Xid 79 on GPU 1\nGPU 1 at 88 °C")
+        # The reading quarantined it: said above the health, in red, with the reason.
+        quarantined = row.locator(".cell-note.quarantined")
+        expect(quarantined).to_have_text("quarantined: GPU health: Xid 79 on GPU 1")
         raw.close()
         assert problems.unexpected() == []
     finally:

@@ -128,7 +128,7 @@ def show_worker(conn: Connection, worker_id: str, as_json: bool) -> None:
             ("Connected", "yes" if w.get("connected") else "no"),
             ("Type", w.get("worker_type") or NONE),
             ("GPUs", gpus_text(w)),
-            # An unhealthy worker takes no new job: the reason says what its agent saw.
+            # What its agent saw; a reading that turned unhealthy quarantined it (below).
             ("Health", health_text(w, with_reason=True)),
             *(("", f"  {problem}") for problem in (w.get("health_problems") or [])[1:]),
             ("Labels", pairs_text(w.get("labels"))),
