@@ -65,6 +65,14 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.preemptions = Counter(
+            "preemptions",
+            "Jobs chosen for preemption to reclaim borrowed GPUs (or, with priority "
+            "preemption, for a higher-priority job of their team), by the victim's team.",
+            ["team"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.jobs_finished = Counter(
             "jobs_finished",
             "Jobs that reached a terminal state, by outcome.",

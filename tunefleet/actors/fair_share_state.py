@@ -1,0 +1,172 @@
+"""The scheduler's fair-share state (issue 25): the teams' quotas, the usage ledger, and
+the reclaims in flight, with the one seam through which a reclaim stops a job.
+
+The decisions are fair_share.py's (pure); this keeps what they need between passes:
+which victims are being preempted (never chosen twice while in flight), when each job
+was last preempted (the protection window), and the ``preempt(job_id, reason)``
+callable. Without a preempter the decision is logged and audited only.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from tunefleet.actors.fair_share import (
+    DEFAULT_HALF_LIFE_S,
+    DEFAULT_MIN_RUNTIME_S,
+    Holding,
+    QuotaBook,
+    Reclaim,
+    ReclaimRules,
+    RunningJob,
+    TeamQuota,
+    UsageLedger,
+    borrowing_jobs,
+    choose_victim,
+    reclaim_reason,
+    standings,
+)
+from tunefleet.actors.matching import PendingJob, WorkerView, unmet
+from tunefleet.usage import AttemptSpan
+
+log = structlog.get_logger(__name__)
+
+# h-preempt's Fleet.preempt(job_id, reason) fits this: an async function or a plain one.
+Preempter = Callable[[str, str], Awaitable[object] | object]
+
+
+@dataclass(frozen=True, slots=True)
+class FairShareSettings:
+    half_life_s: float = DEFAULT_HALF_LIFE_S
+    min_runtime_before_preempt_s: float = DEFAULT_MIN_RUNTIME_S
+    priority_preemption: bool = False
+
+
+class FairShareState:
+    def __init__(self, settings: FairShareSettings | None = None) -> None:
+        settings = settings or FairShareSettings()
+        self.settings = settings
+        self.quotas: dict[str, TeamQuota] = {}
+        self.ledger = UsageLedger(settings.half_life_s)
+        self.rules = ReclaimRules(
+            settings.min_runtime_before_preempt_s, settings.priority_preemption
+        )
+        self.inflight: dict[str, Reclaim] = {}  # victim job id -> the decision
+        self.last_preempted: dict[str, float] = {}
+        self.preempter: Preempter | None = None
+        self.preemptions: dict[str | None, int] = {}  # per victim team, since start
+
+    @property
+    def active(self) -> bool:
+        """Some team has a quota or a weight: without, the pass is matching.plan()."""
+        return bool(self.quotas)
+
+    def set_quotas(self, quotas: Mapping[str, TeamQuota]) -> None:
+        self.quotas = {name: q for name, q in quotas.items() if not q.is_default}
+
+    def load_attempts(self, spans: Iterable[AttemptSpan]) -> None:
+        """The ended attempts, read at start (running ones are seen by the first pass)."""
+        for span in spans:
+            if span.ended_at is not None:
+                self.ledger.add_ended(span.team, span.gpus, span.dispatched_at, span.ended_at)
+
+    def observe(self, running: Sequence[RunningJob], now: float) -> dict[str | None, float]:
+        """Told who holds GPUs now; the teams' standings at ``now``."""
+        self.ledger.observe((Holding(j.job_id, j.team, j.gpus, j.since) for j in running), now)
+        holding = {job.job_id for job in running}
+        for victim in [v for v in self.inflight if v not in holding]:
+            del self.inflight[victim]  # it stopped: the reclaim is done
+        return standings(self.ledger.decayed(now), self.quotas)
+
+    def reclaims(
+        self,
+        waiting: Sequence[PendingJob],
+        running: Sequence[RunningJob],
+        book: QuotaBook,
+        fleet: Mapping[str, WorkerView],
+        now: float,
+    ) -> list[Reclaim]:
+        """For the jobs still waiting after a pass (in pass order), the victims to preempt:
+        one worker each, none already being reclaimed, none for a job a reclaim in flight
+        already serves. ``book`` is updated as if each reclaim had happened."""
+        claimed_for = {r.job_id for r in self.inflight.values()}
+        candidates = [job for job in running if job.job_id not in self.inflight]
+        if not candidates:
+            return []
+        borrowers = borrowing_jobs(self.quotas, running)
+        decisions: list[Reclaim] = []
+        fits_by_key: dict[object, dict[str, bool]] = {}
+        for job in waiting:
+            if job.job_id in claimed_for or not self._may_reclaim_for(job, book):
+                continue
+            key = job.requirements.key()
+            fits = fits_by_key.get(key)
+            if fits is None:
+                fits = {
+                    r.worker_id: (view := fleet.get(r.worker_id)) is not None
+                    and view.connected
+                    and unmet(job.requirements, view) is None
+                    for r in candidates
+                }
+                fits_by_key[key] = fits
+            victim = choose_victim(
+                job.team,
+                job.priority,
+                job.requirements.gpu_count,
+                fits,
+                candidates,
+                book,
+                borrowers,
+                now,
+                self.last_preempted,
+                self.rules,
+            )
+            if victim is None:
+                continue
+            candidates.remove(victim)
+            book.add(victim.team, victim.gpu_name, -victim.gpus)
+            book.add(job.team, victim.gpu_name, job.requirements.gpu_count)
+            why = reclaim_reason(victim, job.team, victim.team != job.team)
+            decisions.append(
+                Reclaim(job.job_id, job.team, victim.job_id, victim.team, victim.worker_id, why)
+            )
+            if not candidates:
+                break
+        return decisions
+
+    def _may_reclaim_for(self, job: PendingJob, book: QuotaBook) -> bool:
+        quota = book.quota(job.team)
+        if self.rules.priority_preemption:
+            return True
+        return quota.has_quota and book.borrowed(job.team) == 0
+
+    def next_unprotected(self, running: Iterable[RunningJob], now: float) -> float | None:
+        """When the youngest protected job becomes preemptable, if any is protected: the
+        scheduler looks again then (a pass is owed once the window ends)."""
+        ends = [
+            max(job.since, self.last_preempted.get(job.job_id, job.since))
+            + self.rules.min_runtime_s
+            for job in running
+        ]
+        later = [end for end in ends if end > now]
+        return min(later) if later else None
+
+    def started(self, decision: Reclaim, now: float) -> Awaitable[object] | None:
+        """Recorded as in flight, and handed to the preempter (if one is wired)."""
+        self.inflight[decision.victim] = decision
+        self.last_preempted[decision.victim] = now
+        self.preemptions[decision.victim_team] = self.preemptions.get(decision.victim_team, 0) + 1
+        if self.preempter is None:
+            log.info(
+                "reclaim decided; no preempter wired",
+                victim=decision.victim,
+                job=decision.job_id,
+                why=decision.why,
+            )
+            return None
+        result = self.preempter(decision.victim, decision.why)
+        return result if inspect.isawaitable(result) else None
