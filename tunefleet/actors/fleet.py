@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import structlog
@@ -14,6 +15,8 @@ import structlog
 from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.errors import ActorError
+from tunefleet.actors.fair_share import TeamQuota
+from tunefleet.actors.fair_share_state import FairShareState, Preempter
 from tunefleet.actors.job_actor import JobActor
 from tunefleet.actors.log_intake import ended_job_refusal, live_attempt
 from tunefleet.actors.records import JobRecord, WorkerRecord
@@ -28,6 +31,7 @@ from tunefleet.fsm.job import JobState
 from tunefleet.fsm.worker import WorkerState
 from tunefleet.protocol.status import TERMINAL_STATUSES
 from tunefleet.storage.log_quota import LogAppend
+from tunefleet.usage import AttemptSpan
 
 log = structlog.get_logger(__name__)
 
@@ -48,13 +52,16 @@ class Fleet:
         self.worker_tokens: dict[str, str] = {}  # token hash → worker id
         self._names_in_creation: set[str] = set()  # two creates of one name at once
         self.limits = ConcurrencyLimits()  # as last told to the scheduler
+        self.quotas: dict[str, TeamQuota] = {}  # likewise (fair_share.py)
+        self.fair = FairShareState(ctx.settings.fair_share)
 
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self, local_worker: WorkerRecord | None = None) -> None:
         ctx = self.ctx
         # The stored limits hold from the first pass over the restored queue.
-        ctx.scheduler = ctx.system.spawn(Scheduler(ctx, self.limits))
+        self.fair.set_quotas(self.quotas)
+        ctx.scheduler = ctx.system.spawn(Scheduler(ctx, self.limits, self.fair))
         ctx.supervisor = ctx.system.spawn(Supervisor(ctx, self._remove_worker))
         self.worker_tokens = await ctx.persistence.worker_token_hashes()
         live_jobs = await ctx.persistence.load_live_jobs()
@@ -463,6 +470,26 @@ class Fleet:
         """The scheduler goes by these from its next pass; running jobs are not touched."""
         self.limits = limits
         self.ctx.scheduler.tell(m.SetConcurrencyLimits(limits))
+
+    def set_quotas(self, quotas: dict[str, TeamQuota]) -> None:
+        """The next passes order and reclaim by these (fair_share.py)."""
+        self.quotas = quotas
+        self.ctx.scheduler.tell(m.SetTeamQuotas(quotas))
+
+    def set_preempter(self, preempt: Preempter | None) -> None:
+        """The one seam a reclaim stops a job through: ``preempt(job_id, reason)``."""
+        self.fair.preempter = preempt
+
+    async def load_usage(
+        self, spans: Callable[[float | None, float | None], Awaitable[list[AttemptSpan]]]
+    ) -> None:
+        """Fair-share standing from the stored attempts (before start): those ended
+        within 20 half-lives; older ones count less than a millionth."""
+        since = self.ctx.clock.time() - 20 * self.fair.ledger.half_life_s
+        self.fair.load_attempts(await spans(since, None))
+
+    async def quota_standings(self) -> dict[str, Any]:
+        return cast(dict[str, Any], await self.ctx.scheduler.ask(m.QuotaStandings()))
 
     def fleet_gpus(self) -> int:
         """GPUs of the workers the scheduler knows now (a team limit above it is warned)."""
