@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from tunefleet.actors.matching_index import gpu_name_matches
 from tunefleet.errors import TunefleetError
@@ -380,7 +381,7 @@ def quota_hold_reason(book: QuotaBook, team: str | None, gpu_name: str | None) -
     return f"team {team} uses {held} of its {nominal} {label} (quota); no idle {label} to borrow"
 
 
-def quota_view(quota: TeamQuota) -> dict[str, object]:
+def quota_view(quota: TeamQuota) -> dict[str, Any]:
     """A quota as the API shows it (and takes it: POST .../quota)."""
     return {
         "gpus": quota.gpus,
@@ -388,3 +389,38 @@ def quota_view(quota: TeamQuota) -> dict[str, object]:
         "weight": quota.weight,
         "borrow_limit": quota.borrow_limit,
     }
+
+
+def quota_warnings(
+    team: str,
+    quota: TeamQuota,
+    quotas: Mapping[str, TeamQuota],
+    fleet: Iterable[tuple[str | None, int]],
+) -> list[str]:
+    """What an admin should know about a quota that is accepted anyway: a flavor no
+    worker's GPU matches now (it applies once one joins), and quotas adding up past the
+    fleet's GPUs (oversubscription: not every team can have its quota at once).
+    ``fleet`` is (GPU name, GPU count) per worker known now."""
+    workers = list(fleet)
+    warnings = []
+    names = sorted({name for name, _ in workers if name})
+    for glob in quota.flavors:
+        if not any(gpu_name_matches(name, glob.lower()) for name, _ in workers):
+            have = ", ".join(names) if names else "none"
+            warnings.append(
+                f"flavor {glob!r} matches no worker's GPU now (workers have: {have}); "
+                "the quota is kept and applies once such a worker joins"
+            )
+    total = sum(count for _, count in workers)
+    nominal = sum(_nominal(q) for q in {**quotas, team: quota}.values())
+    if nominal > total:
+        warnings.append(
+            f"team quotas add up to {nominal} GPUs but the fleet has {total} now "
+            "(oversubscribed): not every team can reach its quota at once"
+        )
+    return warnings
+
+
+def _nominal(quota: TeamQuota) -> int:
+    flavored = sum(quota.flavors.values())
+    return quota.gpus if quota.gpus is not None else flavored
