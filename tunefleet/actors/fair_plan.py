@@ -13,9 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 
-from tunefleet.actors.fair_share import QuotaBook, Verdict
+from tunefleet.actors.fair_share import QuotaBook, Verdict, verdict
 from tunefleet.actors.matching import PendingJob, WorkerView
-from tunefleet.actors.matching_index import FleetIndex, RequirementsKey
+from tunefleet.actors.matching_index import (
+    SIDES,
+    FleetIndex,
+    RequirementsKey,
+    fits,
+    gpu_name_matches,
+)
 from tunefleet.actors.tenancy_limits import LimitGate
 
 
@@ -74,6 +80,12 @@ def _place(
         return None
     worker = index.workers[rank]
     found = book.verdict(job.team, worker.gpu_name, holder.gpus)
+    if found is not Verdict.WITHIN and book.quota(job.team).flavors:
+        # The best fit is outside what the team's flavors still cover: a worker of a
+        # flavor it has room in is taken instead, before any borrowing.
+        other = _within_flavor(job, key, index, book)
+        if other is not None:
+            rank, worker, found = other, index.workers[other], Verdict.WITHIN
     if found is Verdict.CAPPED:
         return None
     if found is Verdict.BORROW and allowed is Verdict.WITHIN:
@@ -83,3 +95,32 @@ def _place(
         gate.take(holder)
     book.add(job.team, worker.gpu_name, holder.gpus)
     return worker.worker_id
+
+
+def _within_flavor(
+    job: PendingJob, key: RequirementsKey, index: FleetIndex, book: QuotaBook
+) -> int | None:
+    """The best free worker the job fits on which its team's quota covers it, if any."""
+    quota = book.quota(job.team)
+    gpus = job.requirements.gpu_count
+    use = book.use.get(job.team, {})
+    for glob in quota.flavors:
+        if verdict(quota, use, glob, gpus) is not Verdict.WITHIN:
+            continue
+        if key.gpu_name is None:  # the flavor's glob narrows the job's: the index finds it
+            rank = index.best_for(key._replace(gpu_name=glob.lower()))
+            candidates = [] if rank is None else [rank]
+        else:  # two globs at once: walk the free workers in fit order
+            candidates = [
+                r
+                for r, w in enumerate(index.workers)
+                if not index.taken[r]
+                and w.is_local in SIDES[key.target]
+                and fits(key, w)
+                and gpu_name_matches(w.gpu_name, glob.lower())
+            ]
+        for rank in candidates[:1]:
+            name = index.workers[rank].gpu_name
+            if book.verdict(job.team, name, gpus) is Verdict.WITHIN:
+                return rank
+    return None
