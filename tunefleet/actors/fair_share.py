@@ -133,7 +133,9 @@ def decayed_gpu_seconds(
     if gpus <= 0 or end <= start:
         return 0.0
     k = math.log(2) / half_life_s
-    return gpus * (math.exp(-k * max(0.0, now - end)) - math.exp(-k * (now - start))) / k
+    # expm1: exact for short spans and long half-lives, where a difference of two
+    # exponentials would cancel out.
+    return gpus * math.exp(-k * max(0.0, now - end)) * -math.expm1(-k * (end - start)) / k
 
 
 @dataclass(frozen=True, slots=True)
