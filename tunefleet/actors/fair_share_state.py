@@ -100,10 +100,15 @@ class FairShareState:
         borrowers = borrowing_jobs(self.quotas, running)
         decisions: list[Reclaim] = []
         fits_by_key: dict[object, dict[str, bool]] = {}
+        # A team and requirements that found no victim find none for the next such job
+        # either (until a victim is taken): a long queue costs one look per kind of job.
+        hopeless: set[tuple[str | None, int, object]] = set()
         for job in waiting:
             if job.job_id in claimed_for or not self._may_reclaim_for(job, book):
                 continue
             key = job.requirements.key()
+            if (job.team, job.priority, key) in hopeless:
+                continue
             fits = fits_by_key.get(key)
             if fits is None:
                 fits = {
@@ -126,7 +131,9 @@ class FairShareState:
                 self.rules,
             )
             if victim is None:
+                hopeless.add((job.team, job.priority, key))
                 continue
+            hopeless.clear()
             candidates.remove(victim)
             book.add(victim.team, victim.gpu_name, -victim.gpus)
             book.add(job.team, victim.gpu_name, job.requirements.gpu_count)

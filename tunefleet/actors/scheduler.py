@@ -63,6 +63,7 @@ class Scheduler(Actor):
         # Team quotas, standing and reclaims (issue 25); inactive while no team has any.
         self.fair = fair if fair is not None else FairShareState()
         self._tasks: set[asyncio.Task[Any]] = set()  # reclaims being audited and told
+        self._wake_at: float | None = None  # a pass owed when a protection window ends
 
     def answer_at_once(self, message: object) -> object:
         # A new job's placement needs no await: answered in the submission's own task
@@ -201,8 +202,13 @@ class Scheduler(Actor):
         for decision in self.fair.reclaims(waiting, running, book, self.fleet, now):
             self._reclaim(decision, now)
         wake = self.fair.next_unprotected(running, now)
-        if wake is not None and self.pending:  # a protected job may be reclaimed then
-            self.ctx.clock.call_later(wake - now, self._schedule_pass)
+        if wake is not None and self.pending and (self._wake_at is None or wake < self._wake_at):
+            self._wake_at = wake  # a protected job may be reclaimed then: one timer at a time
+            self.ctx.clock.call_later(wake - now, self._woken)
+
+    def _woken(self) -> None:
+        self._wake_at = None
+        self._schedule_pass()
 
     def _reclaim(self, decision: Reclaim, now: float) -> None:
         told = self.fair.started(decision, now)
