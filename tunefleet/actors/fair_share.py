@@ -110,6 +110,16 @@ class Verdict(Enum):
 
 def verdict(quota: TeamQuota, use: FlavorUse, flavor: str | None, gpus: int) -> Verdict:
     """What placing a job of ``gpus`` GPUs of ``flavor`` (the team's glob) would be."""
+    if not quota.flavors:  # the usual shape, and a pass asks it per job: no copies
+        held = sum(use.values())
+        room = max(0, quota.gpus - held) if quota.gpus is not None else 0
+        extra = max(0, gpus - room)  # borrowed beyond what is borrowed already
+        if extra == 0:
+            return Verdict.WITHIN
+        lent = held - min(quota.gpus, held) if quota.gpus is not None else held
+        if quota.borrow_limit is not None and lent + extra > quota.borrow_limit:
+            return Verdict.CAPPED
+        return Verdict.BORROW
     before = borrowed(quota, use)
     after_use = dict(use)
     after_use[flavor] = after_use.get(flavor, 0) + gpus

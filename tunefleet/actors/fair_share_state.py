@@ -27,6 +27,7 @@ from tunefleet.actors.fair_share import (
     UsageLedger,
     borrowing_jobs,
     choose_victim,
+    protected,
     reclaim_reason,
     standings,
 )
@@ -94,17 +95,31 @@ class FairShareState:
         one worker each, none already being reclaimed, none for a job a reclaim in flight
         already serves. ``book`` is updated as if each reclaim had happened."""
         claimed_for = {r.job_id for r in self.inflight.values()}
-        candidates = [job for job in running if job.job_id not in self.inflight]
+        if not any(self._may_reclaim_for(job, book) for job in _one_per_team(waiting)):
+            return []  # no waiting team is below its quota: nothing to reclaim for
+        borrowers = borrowing_jobs(self.quotas, running)
+        # Only these may ever be chosen in this pass: found once, not once per job.
+        candidates = [
+            job
+            for job in running
+            if job.job_id not in self.inflight
+            and (job.job_id in borrowers or self.rules.priority_preemption)
+            and not protected(job, now, self.last_preempted, self.rules)
+        ]
         if not candidates:
             return []
-        borrowers = borrowing_jobs(self.quotas, running)
         decisions: list[Reclaim] = []
         fits_by_key: dict[object, dict[str, bool]] = {}
         # A team and requirements that found no victim find none for the next such job
         # either (until a victim is taken): a long queue costs one look per kind of job.
         hopeless: set[tuple[str | None, int, object]] = set()
+        may: dict[str | None, bool] = {}  # per team, until a victim is taken
         for job in waiting:
-            if job.job_id in claimed_for or not self._may_reclaim_for(job, book):
+            if job.job_id in claimed_for:
+                continue
+            if job.team not in may:
+                may[job.team] = self._may_reclaim_for(job, book)
+            if not may[job.team]:
                 continue
             key = job.requirements.key()
             if (job.team, job.priority, key) in hopeless:
@@ -134,6 +149,7 @@ class FairShareState:
                 hopeless.add((job.team, job.priority, key))
                 continue
             hopeless.clear()
+            may.clear()
             candidates.remove(victim)
             book.add(victim.team, victim.gpu_name, -victim.gpus)
             book.add(job.team, victim.gpu_name, job.requirements.gpu_count)
@@ -177,3 +193,10 @@ class FairShareState:
             return None
         result = self.preempter(decision.victim, decision.why)
         return result if inspect.isawaitable(result) else None
+
+
+def _one_per_team(jobs: Iterable[PendingJob]) -> list[PendingJob]:
+    seen: dict[str | None, PendingJob] = {}
+    for job in jobs:
+        seen.setdefault(job.team, job)
+    return list(seen.values())
