@@ -275,6 +275,11 @@ def test_the_wait_reason_names_the_quota_and_the_borrowing_limit() -> None:
     assert quota_hold_reason(book, "cv", None) == (
         "team cv borrows 1 of its 1 borrowable GPUs (borrow_limit) on top of its quota"
     )
+    strict = QuotaBook({"ops": TeamQuota(gpus=2, borrow_limit=0)})
+    strict.add("ops", H100, 2)
+    assert quota_hold_reason(strict, "ops", None) == (
+        "team ops uses 2 of its 2 GPUs (quota) and may not borrow"
+    )
     assert quota_hold_reason(book, "other", None) is None
     assert quota_hold_reason(QuotaBook(quotas), "cv", None) is None  # below its quota
 

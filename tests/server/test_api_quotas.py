@@ -134,3 +134,39 @@ async def test_a_team_below_its_quota_reclaims_a_borrowed_worker(make_server: An
     await victim_worker.report(second, "failed", error="preempted")
     await eventually(lambda: _dispatched(server, theirs), "vision's job takes the worker")
     assert (await server.job(theirs))["worker_id"] == victim_worker.worker_id
+
+
+async def test_a_young_borrower_is_reclaimed_once_its_protection_ends(server: Server) -> None:
+    """Default --min-runtime-before-preempt (600 s): nothing is preempted before; the
+    orchestrator looks again when the window ends, with no other event needed. A team at
+    its quota that may not borrow waits naming its quota."""
+    people = await three_people(server)
+    told: list[str] = []
+    server.app[keys.FLEET].set_preempter(lambda job_id, reason: told.append(job_id))
+    await server.ok("POST", "/api/admin/teams/ml/quota", {"gpus": 0})
+    await server.ok("POST", "/api/admin/teams/vision/quota", {"gpus": 2, "borrow_limit": 0})
+    worker = await server.connected_worker("w-1", gpu_info=A100)
+    borrower = await submit_as(server, people.alice, gpu_count=2, target="worker")
+    assert (await worker.take_job())["job_id"] == borrower
+    await worker.report(borrower, "running")  # acknowledged: it stays on the worker
+    theirs = await submit_as(server, people.carol, gpu_count=2, target="worker")
+
+    async def wait(seconds: int) -> None:  # heartbeats on, so the worker stays online
+        for _ in range(seconds // 50):
+            await server.clock.advance(50)
+            await worker.heartbeat(status="busy", current_job_id=borrower)
+        await server.clock.advance(seconds % 50)
+
+    await wait(300)
+    assert told == []  # ml's job has run 300 of its protected 600 s
+    await wait(301)
+
+    async def reclaimed() -> bool:
+        return told == [borrower]
+
+    await eventually(reclaimed, "the borrower chosen once its protection ended")
+    assert (await server.job(theirs))["status"] == "pending"
+    # vision's second job: its team may not borrow, and would be past its quota.
+    await server.ok("POST", "/api/admin/teams/vision/quota", {"gpus": 0})
+    reason = (await server.job(theirs))["wait_reason"]
+    assert reason == "team vision uses 0 of its 0 GPUs (quota) and may not borrow"

@@ -372,7 +372,7 @@ def quota_hold_reason(book: QuotaBook, team: str | None, gpu_name: str | None) -
         return None
     use = book.use.get(team, {})
     lent = borrowed(quota, use)
-    if quota.borrow_limit is not None and lent >= quota.borrow_limit:
+    if quota.borrow_limit is not None and lent >= quota.borrow_limit and lent > 0:
         return (
             f"team {team} borrows {lent} of its {quota.borrow_limit} borrowable GPUs "
             "(borrow_limit) on top of its quota"
@@ -390,6 +390,8 @@ def quota_hold_reason(book: QuotaBook, team: str | None, gpu_name: str | None) -
     if held < nominal:
         return None
     label = flavor_label(glob)
+    if quota.borrow_limit == 0:
+        return f"team {team} uses {held} of its {nominal} {label} (quota) and may not borrow"
     return f"team {team} uses {held} of its {nominal} {label} (quota); no idle {label} to borrow"
 
 
