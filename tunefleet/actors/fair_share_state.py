@@ -81,6 +81,9 @@ class FairShareState:
         holding = {job.job_id for job in running}
         for victim in [v for v in self.inflight if v not in holding]:
             del self.inflight[victim]  # it stopped: the reclaim is done
+        window = self.rules.min_runtime_s
+        for job_id in [j for j, at in self.last_preempted.items() if now - at >= window]:
+            del self.last_preempted[job_id]  # out of its protection: nothing to remember
         return standings(self.ledger.decayed(now), self.quotas)
 
     def reclaims(
