@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.server.conftest import Server
 from tests.server.protocol import WorkerClient, eventually
 from tests.server.users_testkit import submit_as, three_people
@@ -170,3 +172,27 @@ async def test_a_young_borrower_is_reclaimed_once_its_protection_ends(server: Se
     await server.ok("POST", "/api/admin/teams/vision/quota", {"gpus": 0})
     reason = (await server.job(theirs))["wait_reason"]
     assert reason == "team vision uses 0 of its 0 GPUs (quota) and may not borrow"
+
+
+async def test_standing_is_rebuilt_from_the_stored_attempts_at_start(make_server: Any) -> None:
+    """No counter of its own: a restarted orchestrator reads the attempts and finds the
+    same decayed GPU-seconds (2 GPUs x 100 s; a week's half-life barely decays it)."""
+    first: Server = await make_server()
+    people = await three_people(first)
+    await first.ok("POST", "/api/admin/teams/ml/quota", {"gpus": 2})
+    worker = await first.connected_worker("w-1", gpu_info=A100)
+    job = await submit_as(first, people.alice, gpu_count=2, target="worker")
+    assert (await worker.take_job())["job_id"] == job
+    await worker.report(job, "running")
+    await first.clock.advance(50)
+    await worker.heartbeat(status="busy", current_job_id=job)
+    await first.clock.advance(50)
+    await worker.report(job, "completed")
+    await first.wait_job(job, "completed")
+    before = (await first.ok("GET", "/api/queue/stats"))["fair_share"]["ml"]["standing"]
+    assert 199 < before <= 200.5
+    await first.client.close()
+    second: Server = await make_server()
+    after = (await second.ok("GET", "/api/queue/stats"))["fair_share"]["ml"]
+    assert after["standing"] == pytest.approx(before, abs=0.5)
+    assert after["used_gpus"] == 0

@@ -156,13 +156,15 @@ class Holding:
     team: str | None
     gpus: int
     since: float  # the attempt's dispatch
+    worker_id: str = ""
 
 
 class UsageLedger:
     """Each team's decayed GPU-seconds, derived from attempts: the ended ones folded into
     one sum per team (decayed lazily, when next touched), the ones holding GPUs now counted
     from their dispatch when asked. Built from the stored attempts at start and told which
-    jobs hold GPUs at each pass: a job that no longer does ended its attempt then."""
+    jobs hold GPUs at each pass (and of each dispatch, and each worker freed, as they
+    happen): a job that no longer holds one ended its attempt then."""
 
     def __init__(self, half_life_s: float = DEFAULT_HALF_LIFE_S) -> None:
         if half_life_s <= 0:
@@ -182,12 +184,24 @@ class UsageLedger:
             self._ended[team] = (old + self._decay(value, at - end), at)
 
     def observe(self, holding: Iterable[Holding], now: float) -> None:
-        """The jobs holding GPUs now; those held before and not now ended at ``now``."""
-        current = {h.job_id: h for h in holding}
+        """The jobs holding GPUs now; those held before and not now ended at ``now``.
+        A job seen holding before keeps the start it was first seen with."""
+        current = {h.job_id: self._holding.get(h.job_id, h) for h in holding}
         for job_id, gone in self._holding.items():
-            if job_id not in current or current[job_id].since != gone.since:
+            if job_id not in current:
                 self.add_ended(gone.team, gone.gpus, gone.since, now)
         self._holding = current
+
+    def hold(self, holding: Holding) -> None:
+        """A job given a worker now (before its actor says so)."""
+        self._holding.setdefault(holding.job_id, holding)
+
+    def release_worker(self, worker_id: str, now: float) -> None:
+        """The worker is free (or gone): the attempt that held it ended now."""
+        for job_id, held in list(self._holding.items()):
+            if held.worker_id == worker_id:
+                del self._holding[job_id]
+                self.add_ended(held.team, held.gpus, held.since, now)
 
     def decayed(self, now: float) -> dict[str | None, float]:
         """Decayed GPU-seconds per team at ``now``, ended and holding attempts together."""

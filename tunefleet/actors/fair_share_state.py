@@ -77,7 +77,9 @@ class FairShareState:
 
     def observe(self, running: Sequence[RunningJob], now: float) -> dict[str | None, float]:
         """Told who holds GPUs now; the teams' standings at ``now``."""
-        self.ledger.observe((Holding(j.job_id, j.team, j.gpus, j.since) for j in running), now)
+        self.ledger.observe(
+            (Holding(j.job_id, j.team, j.gpus, j.since, j.worker_id) for j in running), now
+        )
         holding = {job.job_id for job in running}
         for victim in [v for v in self.inflight if v not in holding]:
             del self.inflight[victim]  # it stopped: the reclaim is done

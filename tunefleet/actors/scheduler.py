@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from tunefleet.actors import messages as m
 from tunefleet.actors.fair_plan import plan_fair
 from tunefleet.actors.fair_share import (
+    Holding,
     Reclaim,
     RunningJob,
     book_of,
@@ -134,6 +135,9 @@ class Scheduler(Actor):
             self.reasons.forget()
         if msg.schedulable:
             self.granted.pop(msg.worker_id, None)
+        if self.fair.active and (msg.schedulable or msg.view is None):
+            # Its job's attempt ended now: counted to this moment, not to the next pass.
+            self.fair.ledger.release_worker(msg.worker_id, self.ctx.clock.time())
         if msg.schedulable and msg.view is not None and msg.view.connected:
             self.idle.add(msg.view)
             self._schedule_pass()
@@ -176,6 +180,10 @@ class Scheduler(Actor):
             if job is not None and job.try_tell(m.DispatchTo(worker_id)):
                 self.idle.discard(worker_id)
                 self.granted[worker_id] = (job_id, waiting.holder())
+                if self.fair.active:
+                    gpus = waiting.requirements.gpu_count
+                    now = self.ctx.clock.time()
+                    self.fair.ledger.hold(Holding(job_id, waiting.team, gpus, now, worker_id))
             else:
                 unused = True
         if unused:
