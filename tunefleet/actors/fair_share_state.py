@@ -166,6 +166,11 @@ class FairShareState:
                 break
         return decisions
 
+    def may_reclaim(self, waiting: Iterable[PendingJob], book: QuotaBook) -> bool:
+        """Some waiting job's team is below its quota (or priority preemption is on):
+        without one, there is nothing to reclaim for and the queue need not be sorted."""
+        return any(self._may_reclaim_for(job, book) for job in _one_per_team(waiting))
+
     def _may_reclaim_for(self, job: PendingJob, book: QuotaBook) -> bool:
         quota = book.quota(job.team)
         if self.rules.priority_preemption:

@@ -111,6 +111,8 @@ class Scheduler(Actor):
             case m.QueueNewJob(job=job):
                 self._wait(job)
                 self._run_pass()
+                if self.fair.active and job.job_id in self.pending:
+                    self._schedule_pass()  # it may call for a reclaim: a pass is owed
                 return self.place_in_queue(job.job_id)
             case m.HasWorkFor(worker=view):
                 self._run_pass()
@@ -161,9 +163,13 @@ class Scheduler(Actor):
             self.tell(m.SchedulePass())
 
     def _run_pass(self) -> None:
+        owed = self.pass_scheduled
         self.pass_scheduled = False
         if self.fair.active:
-            self._run_fair_pass()
+            # With no worker idle, only a pass owed to an event may reclaim: a question
+            # (a queue position, a wait reason) costs nothing then.
+            if self.idle or owed:
+                self._run_fair_pass()
             return
         if not self.pending or not self.idle:
             return
@@ -203,12 +209,13 @@ class Scheduler(Actor):
             gate = None if self.limits.unlimited else LimitGate(self.limits, self.usage())
             pending = list(self.pending.values())
             self._dispatch(plan_fair(pending, self.idle.values(), book, standing, gate))
-        waiting = sorted(
-            self.pending.values(),
-            key=lambda j: (-j.priority, standing.get(j.team, 0.0), j.seq),
-        )
-        for decision in self.fair.reclaims(waiting, running, book, self.fleet, now):
-            self._reclaim(decision, now)
+        if self.fair.may_reclaim(self.pending.values(), book):
+            waiting = sorted(
+                self.pending.values(),
+                key=lambda j: (-j.priority, standing.get(j.team, 0.0), j.seq),
+            )
+            for decision in self.fair.reclaims(waiting, running, book, self.fleet, now):
+                self._reclaim(decision, now)
         wake = self.fair.next_unprotected(running, now)
         if wake is not None and self.pending and (self._wake_at is None or wake < self._wake_at):
             self._wake_at = wake  # a protected job may be reclaimed then: one timer at a time
