@@ -196,3 +196,25 @@ async def test_standing_is_rebuilt_from_the_stored_attempts_at_start(make_server
     after = (await second.ok("GET", "/api/queue/stats"))["fair_share"]["ml"]
     assert after["standing"] == pytest.approx(before, abs=0.5)
     assert after["used_gpus"] == 0
+
+
+@pytest.mark.parametrize("flag", [False, True])
+async def test_priority_preemption_within_a_team_is_off_unless_asked(
+    make_server: Any, flag: bool
+) -> None:
+    """--priority-preemption: a team's higher-priority job may preempt its own team's
+    lower-priority job; never another team's, and nothing without the flag."""
+    server: Server = await make_server(priority_preemption=flag, min_runtime_before_preempt=0)
+    people = await three_people(server)
+    told: list[str] = []
+    server.app[keys.FLEET].set_preempter(lambda job_id, reason: told.append(job_id))
+    worker = await server.connected_worker("w-1", gpu_info=A100)
+    low = await submit_as(server, people.alice, gpu_count=2, target="worker", priority=-5)
+    assert (await worker.take_job())["job_id"] == low
+    await worker.report(low, "running")
+    await submit_as(server, people.carol, gpu_count=2, target="worker", priority=50)
+    await server.settle()
+    assert told == []  # carol is in vision: never another team's job
+    await submit_as(server, people.bob, gpu_count=2, target="worker", priority=10)
+    await server.settle()
+    assert told == ([low] if flag else [])

@@ -348,8 +348,8 @@ def choose_victim(
                 continue
             if book.verdict(team, job.gpu_name, gpus) is not Verdict.WITHIN:
                 continue
-        elif not (rules.priority_preemption and job.priority < priority):
-            continue
+        elif team is None or not (rules.priority_preemption and job.priority < priority):
+            continue  # within a team only: jobs of no team never preempt each other
         candidates.append(job)
     if not candidates:
         return None

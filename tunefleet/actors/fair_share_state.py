@@ -63,8 +63,9 @@ class FairShareState:
 
     @property
     def active(self) -> bool:
-        """Some team has a quota or a weight: without, the pass is matching.plan()."""
-        return bool(self.quotas)
+        """Some team has a quota or a weight, or priority preemption is on: without, the
+        pass is matching.plan()."""
+        return bool(self.quotas) or self.rules.priority_preemption
 
     def set_quotas(self, quotas: Mapping[str, TeamQuota]) -> None:
         self.quotas = {name: q for name, q in quotas.items() if not q.is_default}
