@@ -278,7 +278,10 @@ class Scheduler(Actor):
         return running
 
     def quota_standings(self) -> dict[str, dict[str, Any]]:
-        """Per team with a quota or a job holding GPUs: quota, use, borrowed, standing."""
+        """Per team with a quota or a job holding GPUs: quota, use, borrowed, standing.
+        Empty while fair share is off (no quota, no weight): nothing is counted then."""
+        if not self.fair.active:
+            return {}
         now = self.ctx.clock.time()
         running = self._running(now)
         standing = self.fair.observe(running, now)
