@@ -174,6 +174,30 @@ async def test_a_young_borrower_is_reclaimed_once_its_protection_ends(server: Se
     assert reason == "team vision uses 0 of its 0 GPUs (quota) and may not borrow"
 
 
+async def _run_for_100_s(server: Server, headers: dict[str, str]) -> None:
+    worker = await server.connected_worker("w-1", gpu_info=A100)
+    job = await submit_as(server, headers, gpu_count=2, target="worker")
+    assert (await worker.take_job())["job_id"] == job
+    await worker.report(job, "running")
+    await server.clock.advance(50)
+    await worker.heartbeat(status="busy", current_job_id=job)
+    await server.clock.advance(50)
+    await worker.report(job, "completed")
+    await server.wait_job(job, "completed")
+
+
+async def test_standing_counts_what_ran_before_the_first_quota(server: Server) -> None:
+    """Fair share switched on reads the stored attempts: a team's GPU time from before
+    any quota counts (nothing was counted while fair share was off)."""
+    people = await three_people(server)
+    await _run_for_100_s(server, people.alice)
+    assert (await server.ok("GET", "/api/queue/stats"))["fair_share"] == {}
+    await server.ok("POST", "/api/admin/teams/vision/quota", {"gpus": 2})
+    shares = (await server.ok("GET", "/api/queue/stats"))["fair_share"]
+    assert shares["ml"]["standing"] == pytest.approx(200, abs=0.5)  # no quota, weight 1
+    assert shares["vision"]["standing"] == 0
+
+
 async def test_standing_is_rebuilt_from_the_stored_attempts_at_start(make_server: Any) -> None:
     """No counter of its own: a restarted orchestrator reads the attempts and finds the
     same decayed GPU-seconds (2 GPUs x 100 s; a week's half-life barely decays it)."""

@@ -15,7 +15,7 @@ import structlog
 from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.errors import ActorError
-from tunefleet.actors.fair_share import TeamQuota
+from tunefleet.actors.fair_share import TeamQuota, UsageLedger
 from tunefleet.actors.fair_share_state import FairShareState, Preempter
 from tunefleet.actors.job_actor import JobActor
 from tunefleet.actors.log_intake import ended_job_refusal, live_attempt
@@ -34,6 +34,8 @@ from tunefleet.storage.log_quota import LogAppend
 from tunefleet.usage import AttemptSpan
 
 log = structlog.get_logger(__name__)
+
+AttemptSpans = Callable[[float | None, float | None], Awaitable[list[AttemptSpan]]]
 
 LOCAL_WORKER_ID = "w_local"
 
@@ -54,6 +56,7 @@ class Fleet:
         self.limits = ConcurrencyLimits()  # as last told to the scheduler
         self.quotas: dict[str, TeamQuota] = {}  # likewise (fair_share.py)
         self.fair = FairShareState(ctx.settings.fair_share)
+        self._attempt_spans: AttemptSpans | None = None
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -471,22 +474,35 @@ class Fleet:
         self.limits = limits
         self.ctx.scheduler.tell(m.SetConcurrencyLimits(limits))
 
-    def set_quotas(self, quotas: dict[str, TeamQuota]) -> None:
-        """The next passes order and reclaim by these (fair_share.py)."""
+    async def set_quotas(self, quotas: dict[str, TeamQuota]) -> None:
+        """The next passes order and reclaim by these (fair_share.py). Fair share
+        switched on (it was off: nothing was counted meanwhile) reads the usage afresh
+        from the stored attempts first."""
+        was_on = self.fair.active
         self.quotas = quotas
+        if not was_on and any(not q.is_default for q in quotas.values()):
+            await self._read_usage()
         self.ctx.scheduler.tell(m.SetTeamQuotas(quotas))
 
     def set_preempter(self, preempt: Preempter | None) -> None:
         """The one seam a reclaim stops a job through: ``preempt(job_id, reason)``."""
         self.fair.preempter = preempt
 
-    async def load_usage(
-        self, spans: Callable[[float | None, float | None], Awaitable[list[AttemptSpan]]]
-    ) -> None:
-        """Fair-share standing from the stored attempts (before start): those ended
-        within 20 half-lives; older ones count less than a millionth."""
+    async def load_usage(self, spans: AttemptSpans) -> None:
+        """Fair-share standing from the stored attempts (before start), when fair share
+        is on; ``spans`` is kept to read them again whenever it is switched on."""
+        self._attempt_spans = spans
+        if self.quotas or self.fair.rules.priority_preemption:
+            await self._read_usage()
+
+    async def _read_usage(self) -> None:
+        """The attempts ended within 20 half-lives (older ones count less than a
+        millionth), into a fresh ledger: those running are seen by the next pass."""
+        if self._attempt_spans is None:
+            return
+        self.fair.ledger = UsageLedger(self.fair.ledger.half_life_s)
         since = self.ctx.clock.time() - 20 * self.fair.ledger.half_life_s
-        self.fair.load_attempts(await spans(since, None))
+        self.fair.load_attempts(await self._attempt_spans(since, None))
 
     async def quota_standings(self) -> dict[str, Any]:
         return cast(dict[str, Any], await self.ctx.scheduler.ask(m.QuotaStandings()))

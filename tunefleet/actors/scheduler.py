@@ -278,7 +278,7 @@ class Scheduler(Actor):
         return running
 
     def quota_standings(self) -> dict[str, dict[str, Any]]:
-        """Per team with a quota or a job holding GPUs: quota, use, borrowed, standing.
+        """Per team with a quota, GPUs held or used: quota, use, borrowed, standing.
         Empty while fair share is off (no quota, no weight): nothing is counted then."""
         if not self.fair.active:
             return {}
@@ -286,7 +286,8 @@ class Scheduler(Actor):
         running = self._running(now)
         standing = self.fair.observe(running, now)
         book = book_of(self.fair.quotas, running)
-        teams = sorted(set(self.fair.quotas) | {j.team for j in running if j.team is not None})
+        used = {j.team for j in running} | {t for t, v in standing.items() if v > 0}
+        teams = sorted(set(self.fair.quotas) | {t for t in used if t is not None})
         return {
             team: {
                 "quota": quota_view(book.quota(team)),

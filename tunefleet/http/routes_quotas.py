@@ -58,7 +58,7 @@ async def set_team_quota(request: web.Request) -> web.StreamResponse:
     quota = _quota(quotas.get(name, NO_QUOTA), body)
     quotas = await store.limits.set_quota(name, quota)
     fleet = fleet_of(request)
-    fleet.set_quotas(quotas)
+    await fleet.set_quotas(quotas)
     views = fleet.ctx.scheduler.fleet.values()
     warnings = quota_warnings(name, quota, quotas, [(v.gpu_name, v.gpu_count) for v in views])
     await request.app[keys.AUDIT].record(
@@ -85,7 +85,7 @@ async def clear_team_quota(request: web.Request) -> web.StreamResponse:
     if await store.users.team(name) is None:
         raise unknown_team(name)
     quotas = await store.limits.set_quota(name, NO_QUOTA)
-    fleet_of(request).set_quotas(quotas)
+    await fleet_of(request).set_quotas(quotas)
     await request.app[keys.AUDIT].record(
         AuditKind.TEAM_QUOTA_CLEARED, actor=actor_name(request), target=f"team:{name}"
     )
