@@ -137,6 +137,19 @@ def test_the_ledger_counts_a_holding_job_until_it_is_seen_gone() -> None:
         UsageLedger(0)
 
 
+def test_the_ledger_ends_an_attempt_when_its_worker_is_freed() -> None:
+    from tunefleet.actors.fair_share import Holding
+
+    ledger = UsageLedger(1e12)
+    ledger.hold(Holding("j1", "a", 2, 100.0, "w1"))
+    ledger.hold(Holding("j1", "a", 2, 105.0, "w1"))  # told again: the first start stays
+    ledger.release_worker("w2", 130.0)  # another worker: nothing of j1's
+    assert ledger.decayed(130.0)["a"] == pytest.approx(60.0)
+    ledger.release_worker("w1", 130.0)  # freed at 130: 2 GPUs x 30 s, no more
+    ledger.observe([], 500.0)  # not counted again when a later pass sees it gone
+    assert ledger.decayed(500.0)["a"] == pytest.approx(60.0)
+
+
 def test_standing_is_decayed_usage_over_weight() -> None:
     got = standings({"a": 100.0, "b": 100.0, None: 10.0}, {"b": TeamQuota(weight=4)})
     assert got == {"a": 100.0, "b": 25.0, None: 10.0}

@@ -172,6 +172,7 @@ class UsageLedger:
         self.half_life_s = half_life_s
         self._ended: dict[str | None, tuple[float, float]] = {}  # team -> (value, as of)
         self._holding: dict[str, Holding] = {}
+        self._on_worker: dict[str, str] = {}  # worker id -> the job holding it
 
     def add_ended(self, team: str | None, gpus: int, start: float, end: float) -> None:
         value = decayed_gpu_seconds(gpus, start, end, end, self.half_life_s)
@@ -191,17 +192,19 @@ class UsageLedger:
             if job_id not in current:
                 self.add_ended(gone.team, gone.gpus, gone.since, now)
         self._holding = current
+        self._on_worker = {h.worker_id: h.job_id for h in current.values() if h.worker_id}
 
     def hold(self, holding: Holding) -> None:
         """A job given a worker now (before its actor says so)."""
-        self._holding.setdefault(holding.job_id, holding)
+        if holding.job_id not in self._holding:
+            self._holding[holding.job_id] = holding
+            self._on_worker[holding.worker_id] = holding.job_id
 
     def release_worker(self, worker_id: str, now: float) -> None:
         """The worker is free (or gone): the attempt that held it ended now."""
-        for job_id, held in list(self._holding.items()):
-            if held.worker_id == worker_id:
-                del self._holding[job_id]
-                self.add_ended(held.team, held.gpus, held.since, now)
+        held = self._holding.pop(self._on_worker.pop(worker_id, ""), None)
+        if held is not None:
+            self.add_ended(held.team, held.gpus, held.since, now)
 
     def decayed(self, now: float) -> dict[str | None, float]:
         """Decayed GPU-seconds per team at ``now``, ended and holding attempts together."""
