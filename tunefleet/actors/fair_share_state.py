@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -25,9 +26,11 @@ from tunefleet.actors.fair_share import (
     RunningJob,
     TeamQuota,
     UsageLedger,
+    book_of,
     borrowing_jobs,
     choose_victim,
     protected,
+    quota_view,
     reclaim_reason,
     standings,
 )
@@ -88,6 +91,24 @@ class FairShareState:
         for job_id in [j for j, at in self.last_preempted.items() if now - at >= window]:
             del self.last_preempted[job_id]  # out of its protection: nothing to remember
         return standings(self.ledger.decayed(now), self.quotas)
+
+    def standings_view(self, running: Sequence[RunningJob], now: float) -> dict[str, Any]:
+        """Per team with a quota, GPUs held or used: quota, use, borrowed, standing and
+        preemptions (GET /api/queue/stats' fair_share)."""
+        standing = self.observe(running, now)
+        book = book_of(self.quotas, running)
+        used = {j.team for j in running} | {t for t, v in standing.items() if v > 0}
+        teams = sorted(set(self.quotas) | {t for t in used if t is not None})
+        return {
+            team: {
+                "quota": quota_view(book.quota(team)),
+                "used_gpus": book.used(team),
+                "borrowed_gpus": book.borrowed(team),
+                "standing": round(standing.get(team, 0.0), 3),
+                "preemptions": self.preemptions.get(team, 0),
+            }
+            for team in teams
+        }
 
     def reclaims(
         self,

@@ -18,7 +18,6 @@ from tunefleet.actors.fair_share import (
     RunningJob,
     book_of,
     quota_hold_reason,
-    quota_view,
 )
 from tunefleet.actors.fair_share_state import FairShareState
 from tunefleet.actors.idle_workers import IdleWorkers
@@ -283,21 +282,7 @@ class Scheduler(Actor):
         if not self.fair.active:
             return {}
         now = self.ctx.clock.time()
-        running = self._running(now)
-        standing = self.fair.observe(running, now)
-        book = book_of(self.fair.quotas, running)
-        used = {j.team for j in running} | {t for t, v in standing.items() if v > 0}
-        teams = sorted(set(self.fair.quotas) | {t for t in used if t is not None})
-        return {
-            team: {
-                "quota": quota_view(book.quota(team)),
-                "used_gpus": book.used(team),
-                "borrowed_gpus": book.borrowed(team),
-                "standing": round(standing.get(team, 0.0), 3),
-                "preemptions": self.fair.preemptions.get(team, 0),
-            }
-            for team in teams
-        }
+        return self.fair.standings_view(self._running(now), now)
 
     def place_new(self, job: PendingJob) -> str | m.MustWait | None:
         """The best idle worker for a job about to be submitted, taken for it; if none
