@@ -199,9 +199,12 @@ class FairShareState:
             return True
         return quota.has_quota and book.borrowed(job.team) == 0
 
-    def next_unprotected(self, running: Iterable[RunningJob], now: float) -> float | None:
-        """When the youngest protected job becomes preemptable, if any is protected: the
-        scheduler looks again then (a pass is owed once the window ends)."""
+    def next_unprotected(self, running: Sequence[RunningJob], now: float) -> float | None:
+        """When the first protected job that could be a victim (a borrower; any job with
+        priority preemption) becomes preemptable: the scheduler looks again then."""
+        if not self.rules.priority_preemption:
+            borrowers = borrowing_jobs(self.quotas, running)
+            running = [job for job in running if job.job_id in borrowers]
         ends = [
             max(job.since, self.last_preempted.get(job.job_id, job.since))
             + self.rules.min_runtime_s

@@ -215,10 +215,10 @@ class Scheduler(Actor):
             )
             for decision in self.fair.reclaims(waiting, running, book, self.fleet, now):
                 self._reclaim(decision, now)
-        wake = self.fair.next_unprotected(running, now)
-        if wake is not None and self.pending and (self._wake_at is None or wake < self._wake_at):
-            self._wake_at = wake  # a protected job may be reclaimed then: one timer at a time
-            self.ctx.clock.call_later(wake - now, self._woken)
+            wake = self.fair.next_unprotected(running, now)
+            if wake is not None and (self._wake_at is None or wake < self._wake_at):
+                self._wake_at = wake  # a protected borrower may be reclaimed then
+                self.ctx.clock.call_later(wake - now, self._woken)  # one timer at a time
 
     def _woken(self) -> None:
         self._wake_at = None
