@@ -242,3 +242,29 @@ async def test_priority_preemption_within_a_team_is_off_unless_asked(
     await submit_as(server, people.bob, gpu_count=2, target="worker", priority=10)
     await server.settle()
     assert told == ([low] if flag else [])
+
+
+async def test_a_failing_preempter_leaves_the_scheduler_working(make_server: Any) -> None:
+    server: Server = await make_server(min_runtime_before_preempt=0)
+    people = await three_people(server)
+    told: list[str] = []
+
+    async def broken(job_id: str, reason: str) -> None:
+        told.append(job_id)
+        raise RuntimeError("the job actor is gone")
+
+    server.app[keys.FLEET].set_preempter(broken)
+    await server.ok("POST", "/api/admin/teams/ml/quota", {"gpus": 0})
+    await server.ok("POST", "/api/admin/teams/vision/quota", {"gpus": 2})
+    worker = await server.connected_worker("w-1", gpu_info=A100)
+    borrower = await submit_as(server, people.alice, gpu_count=2, target="worker")
+    assert (await worker.take_job())["job_id"] == borrower
+    await submit_as(server, people.carol, gpu_count=2, target="worker")
+
+    async def tried() -> bool:
+        return told == [borrower]
+
+    await eventually(tried, "the preempter tried")
+    assert [e["target"] for e in await server.audit(kind="queue.reclaim")] == [borrower]
+    stats = await server.ok("GET", "/api/queue/stats")  # the scheduler still answers
+    assert stats["fair_share"]["ml"]["preemptions"] == 1

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from tunefleet.actors import messages as m
 from tunefleet.actors.fair_plan import plan_fair
 from tunefleet.actors.fair_share import (
@@ -34,6 +36,8 @@ from tunefleet.actors.tenancy_limits import (
 from tunefleet.actors.wait_reasons import WaitReasons
 from tunefleet.audit import AuditKind
 from tunefleet.fsm.job import JobState
+
+log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
@@ -232,19 +236,24 @@ class Scheduler(Actor):
         task.add_done_callback(self._tasks.discard)
 
     async def _record_reclaim(self, decision: Reclaim, told: Any) -> None:
-        await self.ctx.audit.record(
-            AuditKind.QUEUE_RECLAIM,
-            actor="scheduler",
-            target=decision.victim,
-            for_job=decision.job_id,
-            team=decision.team,
-            victim_team=decision.victim_team,
-            worker_id=decision.worker_id,
-            why=decision.why,
-            preempter="wired" if self.fair.preempter is not None else "none",
-        )
-        if told is not None:
-            await told
+        try:
+            await self.ctx.audit.record(
+                AuditKind.QUEUE_RECLAIM,
+                actor="scheduler",
+                target=decision.victim,
+                for_job=decision.job_id,
+                team=decision.team,
+                victim_team=decision.victim_team,
+                worker_id=decision.worker_id,
+                why=decision.why,
+                preempter="wired" if self.fair.preempter is not None else "none",
+            )
+            if told is not None:
+                await told
+        except Exception as error:  # the scheduler goes on; the victim may still run
+            log.warning(
+                "reclaim not recorded or not told", victim=decision.victim, error=repr(error)
+            )
 
     def _running(self, now: float) -> list[RunningJob]:
         """The jobs holding workers (running, dispatched, or given one by a pass), as
