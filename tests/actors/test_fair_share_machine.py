@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -50,9 +51,12 @@ quotas_strategy = st.fixed_dictionaries(
 
 
 class FairShareMachine(RuleBasedStateMachine):
-    @initialize(quotas=quotas_strategy)
-    def start(self, quotas: dict[str, TeamQuota]) -> None:
-        self.fair = FairShareState(FairShareSettings(3600.0, MIN_RUNTIME))
+    @initialize(quotas=quotas_strategy, by_priority=st.booleans())
+    def start(self, quotas: dict[str, TeamQuota], by_priority: bool) -> None:
+        # With priority preemption on, jobs come in two priorities and a team's urgent
+        # job may preempt its own lower one; the liveness rule is then not asked.
+        self.by_priority = by_priority
+        self.fair = FairShareState(FairShareSettings(3600.0, MIN_RUNTIME, by_priority))
         self.fair.set_quotas(quotas)
         self.quotas = self.fair.quotas
         self.stopping: list[str] = []
@@ -91,7 +95,8 @@ class FairShareMachine(RuleBasedStateMachine):
         self.seq += 1
         job_id = f"j{self.seq}"
         req = Requirements("worker", gpu_count=gpus, gpu_name=gpu_name)
-        self.pending[job_id] = PendingJob(job_id, 0, self.seq, req, team=team)
+        priority = self.seq % 3 if self.by_priority else 0
+        self.pending[job_id] = PendingJob(job_id, priority, self.seq, req, team=team)
         self.submitted[job_id] = self.pending[job_id]
 
     @rule(team=st.sampled_from(TEAMS))
@@ -128,7 +133,7 @@ class FairShareMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def below_quota_gets_gpus_within_a_pass_and_the_grace(self, data: st.DataObject) -> None:
         waiting = [j for j in self.pending.values() if self._claimable(j)]
-        if not waiting:
+        if not waiting or self.by_priority:
             self._pass()
             return
         job = data.draw(st.sampled_from(waiting))
@@ -175,14 +180,19 @@ class FairShareMachine(RuleBasedStateMachine):
         borrowers = borrowing_jobs(self.quotas, running)
         check = book_of(self.quotas, running)
         by_id = {j.job_id: j for j in running}
-        waiting = sorted(self.pending.values(), key=lambda j: (standing.get(j.team, 0.0), j.seq))
+        waiting = sorted(
+            self.pending.values(), key=lambda j: (-j.priority, standing.get(j.team, 0.0), j.seq)
+        )
         for decision in self.fair.reclaims(waiting, running, book, self.workers, self.now):
             victim = by_id[decision.victim]
             job = self.pending[decision.job_id]
-            assert victim.team != job.team and victim.job_id in borrowers
             assert unmet(job.requirements, self.workers[victim.worker_id]) is None
             gpus = job.requirements.gpu_count
-            assert check.verdict(job.team, victim.gpu_name, gpus) is Verdict.WITHIN
+            if victim.team == job.team:  # only with priority preemption, only a lower one
+                assert self.by_priority and victim.priority < job.priority
+            else:
+                assert victim.job_id in borrowers
+                assert check.verdict(job.team, victim.gpu_name, gpus) is Verdict.WITHIN
             check.add(victim.team, victim.gpu_name, -victim.gpus)
             check.add(job.team, victim.gpu_name, gpus)
             assert self.now - victim.since >= MIN_RUNTIME
@@ -228,6 +238,9 @@ class FairShareMachine(RuleBasedStateMachine):
                 return True
         return False
 
+
+# Bounded in examples, not time; a loaded machine may need more than the default 120 s.
+pytestmark = pytest.mark.timeout(600)
 
 FairShareMachine.TestCase.settings = settings(
     max_examples=400,
