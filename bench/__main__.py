@@ -45,6 +45,7 @@ BENCHMARKS: tuple[str, ...] = (
     "takeover",
     "yardstick",
     "abuse",
+    "preemption",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -63,6 +63,8 @@ class AuditKind(StrEnum):
     JOB_STATUS = "job.status"
     JOB_REQUEUED = "job.requeued"
     JOB_CANCELLED = "job.cancelled"
+    # A preemption asked for (who, why, which attempt); its end is a job.requeued.
+    JOB_PREEMPTED = "job.preempted"
     JOB_APPROVED = "job.approved"
     JOB_REJECTED = "job.rejected"
     JOB_FAILED = "job.failed"

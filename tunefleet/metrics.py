@@ -67,8 +67,16 @@ class Metrics:
         )
         self.preemptions = Counter(
             "preemptions",
-            "Jobs chosen for preemption to reclaim borrowed GPUs (or, with priority "
-            "preemption, for a higher-priority job of their team), by the victim's team.",
+            "Attempts ended preempted (requeued, no retry spent), by the job's team.",
+            ["team"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.reclaims = Counter(
+            "reclaims",
+            "Jobs the scheduler chose to preempt, by the victim's team: to reclaim GPUs it "
+            "borrowed for a team below its quota, or (priority preemption) for a "
+            "higher-priority job of its own team.",
             ["team"],
             namespace=NAMESPACE,
             registry=r,

@@ -28,7 +28,7 @@ class Recording:
         self.ran.append(spec.job_id)
         return JobOutcome("completed", 0, None, [])
 
-    async def cancel(self, reason: str = "cancelled") -> None:
+    async def cancel(self, reason: str = "cancelled", preempt_grace_s: float | None = None) -> None:
         raise AssertionError("nothing of this executor's was running")
 
 

@@ -236,6 +236,7 @@ class FakeExecutor:
         self.behaviour = behaviour
         self.runs: list[JobSpec] = []
         self.cancels: list[str] = []
+        self.preempt_graces: list[float | None] = []  # per cancel: a preemption's grace
         self.current: FakeJob | None = None
         self.jobs: list[FakeJob] = []
 
@@ -254,8 +255,9 @@ class FakeExecutor:
         finally:
             self.current = None
 
-    async def cancel(self, reason: str = "cancelled") -> None:
+    async def cancel(self, reason: str = "cancelled", preempt_grace_s: float | None = None) -> None:
         self.cancels.append(reason)
+        self.preempt_graces.append(preempt_grace_s)
         job = self.current
         if job is not None and not job.finish.done():
             job.cancel_reason = reason

@@ -220,7 +220,24 @@ async def test_job_cancel_stops_the_job_and_reports_cancelled(
         server.push("job_cancel", job_id="j_1", reason="user asked")
         await eventually(lambda: "cancelled" in server.status_words("j_1"), "the cancel report")
     assert executor.cancels[0] == "user asked"
+    assert executor.preempt_graces[0] is None  # a plain cancel: the executor's own grace
     assert server.statuses("j_1")[-1]["error"] == "user asked"
+
+
+async def test_a_preempting_job_cancel_gives_the_trainer_the_orchestrators_grace(
+    proto: tuple[ProtocolServer, str],
+) -> None:
+    server, url = proto
+    executor = FakeExecutor()
+    agent = make_agent(url, executor=executor)
+    async with running(agent):
+        await eventually(lambda: server.stream_opens, "the stream to open")
+        server.push("job_submit", job_id="j_1", config={})
+        await eventually(lambda: executor.current is not None, "the job to start")
+        server.push("job_cancel", job_id="j_1", reason="reclaim", preempt=True, grace_seconds=90)
+        await eventually(lambda: "cancelled" in server.status_words("j_1"), "the stop report")
+    assert (executor.cancels, executor.preempt_graces) == (["reclaim"], [90])
+    assert server.statuses("j_1")[-1]["error"] == "reclaim"
 
 
 async def test_drain_finishes_the_job_and_stays_draining(proto: tuple[ProtocolServer, str]) -> None:
@@ -367,7 +384,7 @@ async def test_token_rotated_while_running_exits(proto: tuple[ProtocolServer, st
 class StubbornExecutor(FakeExecutor):
     """A job that ignores the graceful stop (the real executor would SIGKILL it later)."""
 
-    async def cancel(self, reason: str = "cancelled") -> None:
+    async def cancel(self, reason: str = "cancelled", preempt_grace_s: float | None = None) -> None:
         self.cancels.append(reason)
 
 

@@ -281,7 +281,7 @@ async def test_unverifiable_certificate_is_fatal_and_ca_cert_fixes_it(
 class SlowStopExecutor(FakeExecutor):
     """A cancelled job's process takes a while to exit: the test ends it."""
 
-    async def cancel(self, reason: str = "cancelled") -> None:
+    async def cancel(self, reason: str = "cancelled", preempt_grace_s: float | None = None) -> None:
         self.cancels.append(reason)
 
 

@@ -193,3 +193,46 @@ async def test_an_escaped_child_holding_the_pipes_cannot_hang_the_run_and_a_late
         # which must happen before this test's event loop closes.
         assert await gone(escaped)
         await asyncio.sleep(0.1)
+
+
+# --- preemption: the trainer's grace is the orchestrator's, and exit 0 completes ----------
+
+
+async def test_a_preemption_gives_the_trainer_its_own_grace_before_sigkill(
+    tmp_path: Path,
+) -> None:
+    rec = Recorder()
+    ex = executor(tmp_path, grace_s=30)  # the executor's own grace would wait 30 s
+    run = asyncio.create_task(ex.run(spec(script(STUBBORN)), rec))
+    await rec.wait_until(lambda: any(t.startswith("ready ") for t in rec.texts()))
+    await ex.cancel("preempted by alice", preempt_grace_s=0.3)
+    outcome = await asyncio.wait_for(run, timeout=10)
+    assert (outcome.status, outcome.error) == ("cancelled", "preempted by alice")
+    assert outcome.exit_code == -signal.SIGKILL
+
+
+async def test_a_preempted_trainer_that_checkpoints_and_exits_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    rec = Recorder()
+    ex = executor(tmp_path, grace_s=0.1)  # a preemption's grace applies, not this one
+    run = asyncio.create_task(
+        ex.run(spec(script(POLITE.replace("sys.exit", "time.sleep(0.5); sys.exit"))), rec)
+    )
+    await rec.wait_until(lambda: "ready" in rec.texts())
+    await ex.cancel("reclaim", preempt_grace_s=30)
+    outcome = await asyncio.wait_for(run, timeout=10)
+    assert (outcome.status, outcome.exit_code) == ("cancelled", 143)
+    assert "got SIGTERM, saving" in outcome.tail
+
+
+async def test_a_trainer_that_finishes_within_its_preemption_grace_completed(
+    tmp_path: Path,
+) -> None:
+    rec = Recorder()
+    ex = executor(tmp_path)
+    run = asyncio.create_task(ex.run(spec(script(POLITE.replace("exit(143)", "exit(0)"))), rec))
+    await rec.wait_until(lambda: "ready" in rec.texts())
+    await ex.cancel("reclaim", preempt_grace_s=30)
+    outcome = await asyncio.wait_for(run, timeout=10)
+    assert (outcome.status, outcome.exit_code, outcome.error) == ("completed", 0, None)

@@ -10,7 +10,8 @@ What each family proves, and what it cannot:
   reason recorded (or at its last allowed never-acknowledged dispatch), or (only when
   the run could not settle) still live. Attempts are numbered 1..n, each but the last
   ended ``lost`` (or ``undelivered``: its stream closed before the acknowledgement, or
-  no acknowledgement came in time, which spends no retry) with a reason, each one in the
+  no acknowledgement came in time, which spends no retry; or ``preempted``: stopped so
+  its worker could take other work, which spends no retry either) with a reason, each one in the
   timeline (dispatched, started when it was, and its end), and attempt k ended before
   attempt k+1 was dispatched: the orchestrator never had a job on two workers at once.
 - Records (per worker): the intervals [dispatched_at, ended_at] of all the attempts a
@@ -44,11 +45,13 @@ LIVE = frozenset({"pending", "dispatched", "running"})
 END_EVENT = {
     "lost": "requeued",
     "undelivered": "requeued",
+    "preempted": "preempted",
     "completed": "completed",
     "failed": "failed",
 }
-# Outcomes that put the job back in the queue; an undelivered attempt spends no retry.
-REQUEUED = ("lost", "undelivered")
+# Outcomes that put the job back in the queue; undelivered and preempted attempts spend
+# no retry.
+REQUEUED = ("lost", "undelivered", "preempted")
 
 
 @dataclass(frozen=True)
@@ -221,8 +224,8 @@ def check_outcome(job: JobView, findings: Findings) -> None:
 
 
 def _out_of_retries(job: JobView, outcomes: list[str | None]) -> bool:
-    undelivered = outcomes.count("undelivered")
-    return job.attempts - undelivered == job.max_retries + 1 and "no retries left" in str(job.error)
+    free = outcomes.count("undelivered") + outcomes.count("preempted")
+    return job.attempts - free == job.max_retries + 1 and "no retries left" in str(job.error)
 
 
 def _never_acknowledged(job: JobView, outcomes: list[str | None]) -> bool:

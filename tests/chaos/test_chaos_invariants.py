@@ -235,6 +235,34 @@ def test_an_undelivered_attempt_is_requeued_and_spends_no_retry() -> None:
     assert any("without a recorded reason" in v for v in check(evidence).violations)
 
 
+def test_a_preempted_attempt_is_requeued_spends_no_retry_and_has_its_own_entry() -> None:
+    evidence = clean()
+    job = replace_attempt(evidence.jobs["j_1"], 1, outcome="preempted", reason="make room")
+    as_timeline = tuple(
+        dataclasses.replace(e, kind="preempted") if e.kind == "requeued" else e
+        for e in job.timeline
+    )
+    evidence.jobs["j_1"] = dataclasses.replace(job, timeline=as_timeline)
+    assert check(evidence).violations == []
+    # Its end is a 'preempted' timeline entry, not a 'requeued' one.
+    evidence.jobs["j_1"] = job
+    assert any("ended 'preempted'" in v for v in check(evidence).violations)
+    # Failed after its only retry-spending attempt: max_retries=0 allows attempt 2.
+    failed = dataclasses.replace(
+        replace_attempt(job, 2, outcome="failed", reason="no retries left"),
+        status="failed",
+        max_retries=0,
+        error="worker w_two lost; no retries left (max_retries=0)",
+        timeline=tuple(
+            dataclasses.replace(e, kind="failed") if e.kind == "completed" else e
+            for e in as_timeline
+        ),
+    )
+    evidence.jobs["j_1"] = failed
+    evidence.ledger = [evidence.ledger[0]]
+    assert check(evidence).violations == []
+
+
 def never_acknowledged(job_id: str = "j_1", base: float = T0) -> JobView:
     """Dispatched to W1 at +1, +2, ... and never acknowledged: requeued (undelivered)
     until the bound-th dispatch fails it."""

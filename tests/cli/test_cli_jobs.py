@@ -1,4 +1,4 @@
-"""`tunefleet jobs submit|list|show|cancel|logs` against a real orchestrator."""
+"""`tunefleet jobs submit|list|show|cancel|preempt|logs` against a real orchestrator."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from tests.e2e.harness import Orchestrator
+from tests.e2e.harness import Orchestrator, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 Invoke = Callable[..., Result]
@@ -160,6 +160,32 @@ def test_cancel_a_pending_job(tf: Invoke, orchestrator: Orchestrator) -> None:
     again = tf("jobs", "cancel", job_id, "--json")
     assert again.exit_code == 1
     assert f"job {job_id} is already cancelled" in again.stderr
+
+
+def test_preempt_a_running_job_and_the_refusals(
+    tf: Invoke, orchestrator: Orchestrator, agent: str
+) -> None:
+    job_id = orchestrator.submit(
+        config_name="slow", target="worker", max_retries=0, worker_labels={"pool": "cli"}
+    )["job_id"]
+    orchestrator.wait_job(job_id, {"running"})
+    result = tf("jobs", "preempt", job_id, "--reason", "make room")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        f"Preempting {job_id} (attempt 1): its trainer has 120 s to write a checkpoint, "
+        "then the job is queued again."
+    )
+    # Back on the same worker as attempt 2 of a job with no retries.
+    wait_until(lambda: orchestrator.job(job_id)["attempts"] == 2, 30, 0.2, "attempt 2")
+    job = orchestrator.job(job_id)
+    assert job["attempt_history"][0]["outcome"] == "preempted"
+    orchestrator.request("POST", f"/api/queue/{job_id}/cancel", {})
+    orchestrator.wait_job(job_id, {"cancelled"})
+    ended = tf("jobs", "preempt", job_id)
+    assert ended.exit_code == 1
+    assert f"job {job_id} is cancelled, not dispatched or running" in ended.stderr
+    unknown = tf("jobs", "preempt", "j_nope")
+    assert unknown.exit_code == 1 and "Job not found: j_nope" in unknown.stderr
 
 
 def test_logs_table_json_and_filters(tf: Invoke, orchestrator: Orchestrator, agent: str) -> None:

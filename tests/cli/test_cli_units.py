@@ -14,22 +14,24 @@ import pytest
 from rich.console import Console
 
 from tunefleet.cli import follow
-from tunefleet.cli.client import (
-    ApiRefused,
-    Connection,
-    ConnectionProblem,
-    ExitCode,
-    StreamFailed,
-    Unreachable,
-    _query,
-    status_error,
-)
+from tunefleet.cli.exit_codes import ExitCode, exit_code_of
 from tunefleet.cli.follow import JobWatch, RateMeter, follow_job, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, final_line, render, state_line
 from tunefleet.cli.jobs import attempts_text
-from tunefleet.cli.local_config import LocalConfigError, resolve
 from tunefleet.cli.main import cli
 from tunefleet.cli.output import STATUS_STYLES, duration, no_match, relative_time
+from tunefleet.client.errors import (
+    CLI_SPELLING,
+    ApiError,
+    Forbidden,
+    NotFound,
+    StreamFailed,
+    Unavailable,
+    Unreachable,
+    status_error,
+)
+from tunefleet.client.local_config import LocalConfigError, resolve
+from tunefleet.client.transport import query
 from tunefleet.fsm import JobState, WorkerState
 from tunefleet.protocol.sse import SseEvent
 
@@ -167,6 +169,10 @@ def test_the_attempt_counts_retries_spent_and_the_undelivered_apart() -> None:
     watch.apply_event("job", {"status": "running", "worker_id": "w_2", "attempt": 5,
                               "undelivered": 3})  # fmt: skip
     assert state_line(watch) == "j_1 running on w_2, attempt 2 of 4 (3 not delivered)"
+    # Preempted, then dispatched again: still attempt 2.
+    watch.apply_event("job", {"status": "running", "worker_id": "w_3", "attempt": 6,
+                              "undelivered": 3, "preempted": 1})  # fmt: skip
+    assert state_line(watch) == "j_1 running on w_3, attempt 2 of 4 (3 not delivered, 1 preempted)"
 
 
 def test_render_pending_says_why_it_waits() -> None:
@@ -328,24 +334,27 @@ async def test_a_feed_that_closes_early_falls_back_to_polling(fast_polls: None) 
 
 
 def test_status_errors_become_messages_and_exit_codes() -> None:
-    anonymous, with_token = Connection(), Connection(token="tf_x")
-    assert "No API token" in str(status_error(anonymous, 401, "Missing"))
-    assert "rejected the API token (HTTP 401)" in str(status_error(with_token, 401, "Missing"))
-    denied = status_error(with_token, 403, "Permission denied: queue.admin (another's job)")
-    assert isinstance(denied, ConnectionProblem) and denied.exit_code == ExitCode.CONNECTION
+    def error(token: str | None, status: int, detail: str) -> ApiError:
+        return status_error("http://o:8001", token, status, detail, CLI_SPELLING)
+
+    assert "No API token: pass --token" in str(error(None, 401, "Missing"))
+    assert "rejected the API token (HTTP 401)" in str(error("tf_x", 401, "Missing"))
+    denied = error("tf_x", 403, "Permission denied: queue.admin (another's job)")
+    assert isinstance(denied, Forbidden) and exit_code_of(denied) == ExitCode.CONNECTION
     assert "--permission queue.admin" in str(denied)
-    starting = status_error(with_token, 503, "starting")
-    assert isinstance(starting, Unreachable) and starting.exit_code == 4
-    missing = status_error(with_token, 404, "Job not found: j_1")
-    assert isinstance(missing, ApiRefused) and missing.exit_code == ExitCode.FAILED
+    starting = error("tf_x", 503, "starting")
+    assert isinstance(starting, Unavailable) and isinstance(starting, Unreachable)
+    assert exit_code_of(starting) == 4
+    missing = error("tf_x", 404, "Job not found: j_1")
+    assert isinstance(missing, NotFound) and exit_code_of(missing) == ExitCode.FAILED
     assert str(missing) == "Job not found: j_1 (HTTP 404)"
 
 
 def test_query_drops_unset_values_and_repeats_lists() -> None:
-    assert _query({"a": None, "b": True, "c": [1, None, "x"], "d": 0}) == [
+    assert query({"a": None, "b": True, "c": [1, None, "x"], "d": 0}) == [
         ("b", "true"), ("c", "1"), ("c", "x"), ("d", "0"),
     ]  # fmt: skip
-    assert _query(None) is None
+    assert query(None) is None
 
 
 def test_the_status_choices_are_the_lifecycle_states() -> None:
@@ -368,6 +377,12 @@ def test_the_status_choices_are_the_lifecycle_states() -> None:
         ({"attempts": 0, "undelivered": 0, "max_retries": 0}, "0 of 1"),
         # Undelivered dispatches spend no retry: never "3 of 1".
         ({"attempts": 3, "undelivered": 2, "max_retries": 0}, "1 of 1 (2 not delivered)"),
+        # Preempted attempts neither.
+        ({"attempts": 3, "preempted": 2, "max_retries": 0}, "1 of 1 (2 preempted)"),
+        (
+            {"attempts": 4, "undelivered": 1, "preempted": 2, "max_retries": 0},
+            "1 of 1 (1 not delivered, 2 preempted)",
+        ),
     ],
 )
 def test_attempts_show_retries_spent_and_undelivered_dispatches_apart(

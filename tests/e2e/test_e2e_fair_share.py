@@ -2,9 +2,10 @@
 process started with --min-runtime-before-preempt 0, and simulated four-GPU workers
 speaking the wire protocol (as in test_e2e_tenancy_day). Team nlp borrows the whole
 fleet; team vision, below its quota, submits; the orchestrator decides a reclaim of one
-of nlp's borrowing jobs, audits it and counts it. With no preempter wired in this
-process nothing is stopped: the victim ends on its own, and its worker then goes to
-vision's job (within quota) before nlp's waiting ones (borrowing)."""
+of nlp's borrowing jobs, audits it, counts it and preempts it (a job_cancel with
+preempt, which these simulated agents ignore, as an agent busy writing its checkpoint
+would for a while): the victim then ends as its trainer would within the grace, and its
+worker goes to vision's job (within quota) before nlp's waiting ones (borrowing)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def test_a_team_below_its_quota_reclaims_what_another_borrows(orchestrator: Orch
         assert decision["detail"]["for_job"] == theirs
         with urllib.request.urlopen(f"{orch.url}/metrics", timeout=10) as resp:
             metrics = resp.read().decode()
-        assert 'tunefleet_preemptions_total{team="nlp"} 1.0' in metrics
+        assert 'tunefleet_reclaims_total{team="nlp"} 1.0' in metrics
 
         workers.release(victim)  # the preemption mechanism's stop, simulated by its end
         orch.wait_job(theirs, {"running"}, timeout_s=15)

@@ -1,6 +1,6 @@
 """The job lifecycle: every row of JOB_TRANSITIONS, every illegal event, the retry
-policy and the bound on undelivered dispatches, the table checked against the contract's
-own wording, and random sequences."""
+policy, the bound on undelivered dispatches, preempted attempts that spend no retry,
+the table checked against the contract's own wording, and random sequences."""
 
 from __future__ import annotations
 
@@ -49,24 +49,32 @@ class Job(JobFsmMixin):
         max_retries: int = DEFAULT_MAX_RETRIES,
         job_id: str = "j_1",
         undelivered: int = 0,
+        preempted: int = 0,
     ) -> None:
         self.job_id = job_id
         self.state = state
         self.attempts = attempts
         self.max_retries = max_retries
         self.undelivered = undelivered
+        self.preempted = preempted
 
     def facts(self) -> tuple[str, int, int, int]:
         return (self.state, self.attempts, self.max_retries, self.undelivered)
 
 
 def contract(
-    state: str, event: str, attempts: int, max_retries: int, undelivered: int = 0
+    state: str,
+    event: str,
+    attempts: int,
+    max_retries: int,
+    undelivered: int = 0,
+    preempted: int = 0,
 ) -> tuple[str, int] | None:
     """The contract's prose, written independently of the table: (new state, attempts)
     or None when the event is illegal. ``undelivered`` counts the dispatches never
     acknowledged (for a lose, the one being lost included): they spend no retry, and
-    the bound-th of them fails the job."""
+    the bound-th of them fails the job. ``preempted`` counts attempts that ended
+    preempted: they spend no retry either, and have no bound."""
     live = state in ("pending", "dispatched", "running")
     if event == "approve":
         return ("pending", attempts) if state == "pending_approval" else None
@@ -74,7 +82,10 @@ def contract(
         return ("cancelled", attempts) if state == "pending_approval" else None
     if event == "cancel":
         return ("cancelled", attempts) if live or state == "pending_approval" else None
-    spent = attempts - undelivered
+    spent = attempts - undelivered - preempted
+    if event == "preempt":
+        # Whatever its retries: the attempt is counted apart, never against max_retries.
+        return ("pending", attempts) if state in ("dispatched", "running") else None
     if event == "dispatch":
         ok = state == "pending" and spent < max_retries + 1
         return ("dispatched", attempts + 1) if ok else None
@@ -245,6 +256,33 @@ def test_dispatch_past_the_limit_is_refused_and_counts_nothing() -> None:
     assert job.facts() == ("pending", 4, 3, 0)
 
 
+@pytest.mark.parametrize("max_retries", [0, 2])
+def test_preempted_attempts_spend_no_retry(max_retries: int) -> None:
+    job = Job(max_retries=max_retries)
+    for _ in range(MAX_UNDELIVERED + 3):  # more than any retry or delivery bound
+        JOB_LIFECYCLE.fire(job, "dispatch")
+        JOB_LIFECYCLE.fire(job, "start")
+        assert JOB_LIFECYCLE.fire(job, "preempt") == "pending"
+    assert job.preempted == job.attempts == MAX_UNDELIVERED + 3
+    # Every retry is still there: the job runs max_retries + 1 more times before failing.
+    for attempt in range(max_retries + 1):
+        JOB_LIFECYCLE.fire(job, "dispatch")
+        expected = "pending" if attempt < max_retries else "failed"
+        assert JOB_LIFECYCLE.fire(job, "lose") == expected
+
+
+def test_a_preempted_dispatch_not_yet_acknowledged_goes_back_too() -> None:
+    job = Job(max_retries=0)
+    JOB_LIFECYCLE.fire(job, "dispatch")
+    assert JOB_LIFECYCLE.fire(job, "preempt") == "pending"
+    assert job.retries_left() and JOB_LIFECYCLE.can_fire(job, "dispatch")
+
+
+def test_only_a_dispatched_or_running_job_can_be_preempted() -> None:
+    for state in STATES:
+        assert JOB_LIFECYCLE.can_fire(Job(state), "preempt") == (state in ("dispatched", "running"))
+
+
 def test_only_approval_releases_a_held_job_to_the_queue() -> None:
     job = Job("pending_approval")
     assert not JOB_LIFECYCLE.can_fire(job, "dispatch")
@@ -273,12 +311,29 @@ class JobLifecycle(RuleBasedStateMachine):
         self.job = Job("pending_approval" if held else "pending", max_retries=max_retries)
         self.terminal_at: str | None = None
         self.dispatches = 0
+        self.preemptions = 0
 
     # Ending events are rarer so that sequences live long enough to exhaust their retries
     # and the bound on undelivered dispatches.
     @rule(event=st.sampled_from([*EVENTS, *["dispatch", "start", "lose"] * 3]))
     def fire(self, event: str) -> None:
         self._fire(event)
+
+    @rule(acknowledged=st.booleans())
+    def preempt(self, acknowledged: bool) -> None:
+        """What the preemption flow does: a dispatched or running attempt is stopped and
+        the job goes back to the queue, the attempt counted in ``preempted``."""
+        if self.job.state == "pending":
+            self._fire("dispatch")
+        if acknowledged and self.job.state == "dispatched":
+            self._fire("start")
+        if self.job.state in ("dispatched", "running"):
+            spent = self.job.attempts - self.job.undelivered - self.job.preempted
+            self._fire("preempt")
+            assert self.job.state == "pending", "a preemption always requeues"
+            assert self.job.attempts - self.job.undelivered - self.job.preempted == spent - 1, (
+                "a preempted attempt never counts as a retry"
+            )
 
     @rule(times=st.integers(min_value=1, max_value=3))
     def dispatch_undelivered(self, times: int) -> None:
@@ -294,7 +349,8 @@ class JobLifecycle(RuleBasedStateMachine):
 
     def _fire(self, event: str) -> None:
         before = self.job.facts()
-        expected = contract(before[0], event, before[1], before[2], before[3])
+        state, attempts, max_retries, undelivered = before
+        expected = contract(state, event, attempts, max_retries, undelivered, self.job.preempted)
         assert JOB_LIFECYCLE.can_fire(self.job, event) == (expected is not None)
         if expected is None:
             with pytest.raises(IllegalTransition):
@@ -304,6 +360,7 @@ class JobLifecycle(RuleBasedStateMachine):
         assert JOB_LIFECYCLE.fire(self.job, event) == expected[0]
         assert (self.job.state, self.job.attempts) == expected
         self.dispatches += event == "dispatch"
+        self.preemptions += event == "preempt"
         if event == "dispatch":
             assert before[0] != "pending_approval", "a job awaiting approval is never dispatched"
         if self.job.state in TERMINAL_JOB_STATES:
@@ -320,7 +377,9 @@ class JobLifecycle(RuleBasedStateMachine):
         assert self.job.attempts == self.dispatches
         if self.job.state == "pending_approval":
             assert self.job.attempts == 0, "nothing runs before approval"
-        assert 0 <= self.job.attempts - self.job.undelivered <= self.job.max_retries + 1
+        assert self.job.preempted == self.preemptions
+        spent = self.job.attempts - self.job.undelivered - self.job.preempted
+        assert 0 <= spent <= self.job.max_retries + 1
         assert 0 <= self.job.undelivered <= MAX_UNDELIVERED
         if self.job.undelivered == MAX_UNDELIVERED:
             assert self.job.state == "failed", "the bound-th undelivered dispatch fails it"

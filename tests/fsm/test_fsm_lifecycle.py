@@ -171,7 +171,7 @@ def test_can_fire_does_not_grow_the_shared_machine() -> None:
 
 def test_edges_expand_every_source_in_table_order() -> None:
     assert door_lifecycle().edges() == (("close", "open", "shut"), ("open", "shut", "open"))
-    assert len(JOB_LIFECYCLE.edges()) == 1 + 1 + 1 + 1 + 1 + 3 + 2 + 2 + 4
+    assert len(JOB_LIFECYCLE.edges()) == 1 + 1 + 1 + 1 + 1 + 3 + 2 + 2 + 2 + 4
 
 
 @pytest.mark.parametrize(

@@ -59,3 +59,16 @@ def test_the_scan_sees_a_spelled_state(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text('"""A job is pending."""\nDONE = {"completed"}\nx = f"{y == \'idle\'}"\n')
     assert _state_words(module) == {"completed", "idle"}
+
+
+def test_the_wires_status_words_are_the_lifecycles_states() -> None:
+    """tunefleet.client spells them from protocol/states.py (it must not import fsm/)."""
+    from typing import get_args
+
+    from tunefleet.fsm import TERMINAL_JOB_STATES
+    from tunefleet.protocol import states
+
+    assert set(get_args(states.JobStatusName)) == {str(s) for s in JobState}
+    assert set(get_args(states.WorkerStatusName)) == {str(s) for s in WorkerState}
+    assert {str(s) for s in TERMINAL_JOB_STATES} == states.TERMINAL_JOB_STATUSES
+    assert states.JOB_COMPLETED == JobState.COMPLETED

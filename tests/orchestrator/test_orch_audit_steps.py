@@ -54,6 +54,21 @@ async def test_a_requeue_is_stored_with_its_audit_event(harness: FleetHarness) -
     assert (await harness.timeline_kinds(job_id))[-1] == "requeued"
 
 
+async def test_a_preemption_is_audited_and_its_end_stored_with_its_event(
+    harness: FleetHarness,
+) -> None:
+    agent, job_id = await harness.running_job()
+    await harness.fleet.preempt(job_id, "make room")  # the scheduler's call: its actor
+    await harness.settle()
+    await agent.report(job_id, "cancelled")
+    events = await harness.store.list_audit(target=job_id, newest_first=False)
+    assert [e.kind for e in events][2:5] == ["job.preempted", "job.requeued", "job.dispatched"]
+    assert events[2].actor == "scheduler"
+    lines = {line["id"]: line for line in _lines(harness) if line["target"] == job_id}
+    assert all(lines[e.id]["hash"] == e.hash for e in events)
+    assert await harness.store.verify_audit() == (True, None)
+
+
 async def test_a_failed_step_stores_neither_the_change_nor_its_audit_event(
     harness: FleetHarness,
 ) -> None:

@@ -144,6 +144,34 @@ async def test_a_local_job_is_cancelled_through_its_process(local: LocalFleet) -
     assert (job.state, job.error) == ("cancelled", "cancelled by alice")
 
 
+async def test_a_local_job_is_preempted_through_its_process_and_runs_again(
+    local: LocalFleet,
+) -> None:
+    h = local.harness
+    job_id = await local.submit("local", {"max_train_steps": 10_000, "step_seconds": 0.05})
+
+    def on_attempt(number: int) -> bool:
+        job = h.job_actor(job_id)
+        return job is not None and job.state == "running" and job.attempts == number
+
+    def training() -> bool:
+        job = h.job_actor(job_id)  # past its start-up: its SIGTERM handler is in place
+        return on_attempt(1) and job is not None and (job.rec.progress or {}).get("step", 0) > 2
+
+    await eventually(training, "the job to train")
+    reply = await h.fleet.preempt(job_id, "make room", actor="alice")
+    assert reply["grace_seconds"] == h.settings.preempt_grace_s
+    # The trainer saved on SIGTERM within the grace (not the executor's 5 s), and the
+    # job went back to the queue and onto the local runner again, no retry spent.
+    await eventually(lambda: on_attempt(2), "the second attempt to run", timeout_s=40)
+    first = (await h.attempts(job_id))[0]
+    assert (first.outcome, first.reason) == ("preempted", "make room")
+    log = "\n".join(r.line for r in await h.store.read_logs(job_id) if r.attempt == 1)
+    assert "SIGTERM at step" in log
+    await h.fleet.cancel(job_id, actor="alice")
+    await local.wait_until_ended(job_id)
+
+
 class _RecordingExecutor:
     def __init__(self) -> None:
         self.specs: list[Any] = []

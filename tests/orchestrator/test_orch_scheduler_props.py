@@ -2,7 +2,7 @@
 counts and VRAM, some draining) and random job mixes submitted through Fleet.submit,
 with random acknowledgements, completions, failures, agents stopping jobs on their own,
 approvals and rejections of jobs held at submit (never dispatched while held),
-cancels, losses and returns.
+cancels, preemptions (the agent confirms the stop), losses and returns.
 
 After every step the fleet settles, and then:
 - every job_submit an agent got satisfies the job's requirements (unmet is None), went
@@ -10,10 +10,12 @@ After every step the fleet settles, and then:
 - the actors agree: a dispatched or running job names a worker that names it back, and
   no worker holds two jobs;
 - a job placed in this step outranks every job still pending that that worker would
-  also have fitted (priority, then submission order);
+  also have fitted (priority, then preempted ones first, then submission order);
 - no pending job fits a worker that is free to take it (the loop settled);
 - a job is stored already dispatched by its submit alone (one commit, before any
   pending job is considered) exactly when a free worker fits it as it is submitted.
+At the end, a job's attempts less its preempted ones are within max_retries + 1: a
+preempted attempt never counts as a retry.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from orchestrator_testkit import FakeAgent, FleetHarness, SettlingClock, gpu_rep
 
 from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.matching import Requirements, unmet
+from tunefleet.actors.preemption import HEAD_OF_BAND, NotPreemptible
 from tunefleet.actors.records import JobRecord
 from tunefleet.fsm.job import JobState
 
@@ -46,6 +49,7 @@ ACTIONS = [
     "fail",
     "stop",
     "cancel",
+    "preempt",
     "lose",
     "return",
     "drain",
@@ -108,6 +112,12 @@ class Sim:
     placed_now: list[tuple[str, str]] = field(default_factory=list)
     stored_dispatched: list[str] = field(default_factory=list)  # placed before 1st write
     held: set[str] = field(default_factory=set)  # awaiting approval: never dispatched
+    preempted: set[str] = field(default_factory=set)  # waiting at the head of their band
+    placed_rank: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def rank_of(self, job_id: str) -> tuple[int, int]:
+        priority, seq = self.rank[job_id]
+        return (priority, seq - HEAD_OF_BAND) if job_id in self.preempted else (priority, seq)
 
     def pick(self, items: list[FakeAgent], n: int) -> FakeAgent | None:
         return items[n % len(items)] if items else None
@@ -146,6 +156,8 @@ def _check_dispatch(sim: Sim, agent: FakeAgent, job_id: str) -> None:
     assert not worker.drain_requested, "a draining worker got a job"
     sim.holding[agent.worker_id] = job_id
     sim.placed_now.append((job_id, agent.worker_id))
+    sim.placed_rank[job_id] = sim.rank_of(job_id)  # where it waited: then it leaves the head
+    sim.preempted.discard(job_id)
 
 
 def _check_actors(sim: Sim) -> None:
@@ -171,7 +183,7 @@ def _check_actors(sim: Sim) -> None:
         view = ctx.workers[worker_id].view()
         for job in pending:
             if unmet(job.rec.requirements(), view) is None:
-                assert sim.rank[job.job_id] > sim.rank[placed], (
+                assert sim.rank_of(job.job_id) > sim.placed_rank[placed], (
                     f"{placed} took {worker_id} ahead of higher-ranked {job.job_id}"
                 )
     sim.placed_now.clear()
@@ -226,6 +238,14 @@ async def _step(sim: Sim, action: str, n: int, jobs: list[JobSpec]) -> None:
         live = sorted(h.ctx.jobs)
         await h.fleet.cancel(live[n % len(live)], actor="prop")
         sim.held.discard(live[n % len(live)])
+    elif action == "preempt" and (agent := sim.pick(sim.holders(), n)):
+        job_id = str(sim.holding[agent.worker_id])
+        try:
+            await h.fleet.preempt(job_id, "prop")
+        except NotPreemptible:
+            pass  # already being stopped (a cancel): that stop decides
+        else:
+            sim.preempted.add(job_id)  # once the agent confirms (in _observe) it waits
     elif action == "lose" and (agent := sim.pick(online, n)):
         sim.online[agent.worker_id] = False
         sim.holding[agent.worker_id] = None
@@ -299,8 +319,8 @@ async def _scenario(
             assert not fits, f"{job.job_id} still waits though {fits[0].worker_id} fits it"
         for job_id in sim.requirements:
             row = await h.job(job_id)
-            assert row.attempts <= row.max_retries + 1
             kinds = await h.timeline_kinds(job_id)
+            assert row.attempts - kinds.count("preempted") <= row.max_retries + 1
             assert kinds.count("dispatched") == row.attempts
             terminal = [k for k in kinds if k in ("completed", "failed", "cancelled")]
             assert len(terminal) == (0 if row.state == "pending" else 1), kinds

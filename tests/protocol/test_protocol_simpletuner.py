@@ -130,10 +130,22 @@ def test_the_job_submit_schema_never_lets_the_token_be_null() -> None:
 
 
 def test_the_other_events_as_its_agent_reads_them() -> None:
+    # tunefleet's additions (preempt, grace_seconds) ride along; that agent reads only
+    # the type and the job id, and stops its trainer whatever they say.
     assert wire(JobCancelEvent(job_id="j_1", reason="cancelled by admin")) == {
         "type": "job_cancel",
         "job_id": "j_1",
         "reason": "cancelled by admin",
+        "preempt": False,
+        "grace_seconds": None,
+    }
+    preempting = JobCancelEvent(job_id="j_1", reason="reclaim", preempt=True, grace_seconds=120)
+    assert wire(preempting) == {
+        "type": "job_cancel",
+        "job_id": "j_1",
+        "reason": "reclaim",
+        "preempt": True,
+        "grace_seconds": 120,
     }
     assert wire(DrainEvent()) == {"type": "drain"}
     # The reason at the top level, where that agent reads it.
@@ -207,6 +219,14 @@ def test_a_field_the_agent_cannot_read_counts_as_absent(field: str, unreadable: 
     event = read_event(JobSubmitEvent, {**ST_SERVER_JOB_SUBMIT, field: unreadable})
     bare = read_event(JobSubmitEvent, {k: v for k, v in ST_SERVER_JOB_SUBMIT.items() if k != field})
     assert event is not None and event == bare
+
+
+def test_a_job_cancel_from_an_older_or_other_server_reads_as_a_plain_cancel() -> None:
+    plain = read_event(JobCancelEvent, {"type": "job_cancel", "job_id": "j_1"})
+    assert plain is not None and (plain.preempt, plain.grace_seconds) == (False, None)
+    odd = {"job_id": "j_1", "preempt": "soon", "grace_seconds": -5}
+    read = read_event(JobCancelEvent, odd)
+    assert read is not None and (read.preempt, read.grace_seconds) == (False, None)
 
 
 def test_an_event_without_its_job_is_ignored() -> None:

@@ -127,7 +127,7 @@ async def test_a_team_below_its_quota_reclaims_a_borrowed_worker(make_server: An
     entries = [e for e in await server.audit() if e["kind"] == "queue.reclaim"]
     assert len(entries) == 1 and entries[0]["target"] == second
     metrics = await (await server.get("/metrics")).text()
-    assert 'tunefleet_preemptions_total{team="ml"} 1.0' in metrics
+    assert 'tunefleet_reclaims_total{team="ml"} 1.0' in metrics
     stats = await server.ok("GET", "/api/queue/stats")
     assert stats["fair_share"]["ml"]["preemptions"] == 1
 

@@ -44,6 +44,10 @@ def ui_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_tiny_config(
         configs, "tiny-checkpoints", max_train_steps=30, step_seconds=0.02, checkpointing_steps=10
     )
+    # ~10 s: long enough to be preempted while it runs (it checkpoints on SIGTERM).
+    write_tiny_config(
+        configs, "tiny-preempt", max_train_steps=200, step_seconds=0.05, checkpointing_steps=50
+    )
     return configs
 
 

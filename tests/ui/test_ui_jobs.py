@@ -158,6 +158,41 @@ def test_the_timeline_shows_a_lost_worker_and_the_requeue_with_its_reason(
     assert problems.unexpected() == []
 
 
+def test_an_admin_preempts_a_running_job_and_the_timeline_shows_its_resume(
+    page: Any,
+    orchestrator: Orchestrator,
+    start_agent: Callable[..., Agent],
+    problems: PageProblems,
+) -> None:
+    suite = unique("suite")
+    worker = unique("ui-preempted")
+    created = orchestrator.create_worker(worker, labels={"suite": suite})
+    start_agent(created["token"], worker)
+    orchestrator.wait_worker(created["worker_id"], "idle")
+    job = orchestrator.submit(
+        config_name="tiny-preempt", target="worker", worker_labels={"suite": suite}
+    )
+    sign_in(page, orchestrator, route=f"#/jobs/{job['job_id']}")
+    expect(page.locator(".job-head .badge")).to_have_text("running")
+    expect(page.locator("#job-percent")).not_to_have_text("0%")
+
+    page.get_by_role("button", name="Preempt").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("resumes from that checkpoint")
+    dialog.get_by_role("button", name="Preempt").click()
+    expect(page.locator(".toast.success")).to_contain_text("to write a checkpoint")
+    timeline = page.locator("#job-timeline")
+    expect(timeline).to_contain_text("Preemption asked")
+    expect(timeline).to_contain_text(f"Preempted on {worker}", timeout=30_000)
+    expect(timeline).to_contain_text("attempt 1 spent no retry")
+    expect(timeline).to_contain_text("resumed from checkpoint-", timeout=30_000)
+    orchestrator.request("POST", f"/api/queue/{job['job_id']}/cancel", {})
+    expect(page.locator(".job-head .badge")).to_have_text("cancelled")
+    # Nothing left to preempt.
+    expect(page.get_by_role("button", name="Preempt")).to_be_hidden()
+    assert problems.unexpected() == []
+
+
 # Where each row of a facts strip ends, against where the strip ends (px): an empty cell
 # at the end of a row shows as a gap.
 _ROW_GAPS = """(selector) => {
@@ -238,6 +273,26 @@ def test_a_token_without_queue_local_is_not_offered_the_orchestrators_machine(
     expect(form.locator("label", has_text="Auto")).to_have_attribute(
         "title", "remote workers only: this token lacks queue.local"
     )
+
+
+def test_a_token_without_queue_admin_is_not_offered_preempt(
+    page: Any, orchestrator: Orchestrator, start_agent: Callable[..., Agent]
+) -> None:
+    suite = unique("suite")
+    worker = unique("ui-kept")
+    created = orchestrator.create_worker(worker, labels={"suite": suite})
+    start_agent(created["token"], worker)
+    orchestrator.wait_worker(created["worker_id"], "idle")
+    job = orchestrator.submit(
+        config_name="tiny-preempt", target="worker", worker_labels={"suite": suite}
+    )
+    body = {"name": unique("submit-only"), "permissions": ["queue.submit"]}
+    token = orchestrator.request("POST", "/api/admin/tokens", body)["token"]
+    sign_in(page, orchestrator, token=token, route=f"#/jobs/{job['job_id']}")
+    expect(page.locator(".job-head .badge")).to_have_text("running")
+    expect(page.get_by_role("button", name="Cancel job")).to_be_visible()
+    expect(page.get_by_role("button", name="Preempt")).to_be_hidden()
+    orchestrator.request("POST", f"/api/queue/{job['job_id']}/cancel", {})
 
 
 def test_the_job_list_and_page_name_whose_job_it_is(

@@ -130,6 +130,7 @@ def test_attempts_read_as_retries_spent_with_undelivered_dispatches_apart(
         {"attempts": 1, "max_retries": 3},  # from before the API counted undelivered ones
         {"attempts": 2, "undelivered": 0, "max_retries": 3},
         {"attempts": 3, "undelivered": 2, "max_retries": 0},  # not "3 / 1"
+        {"attempts": 4, "undelivered": 1, "preempted": 2, "max_retries": 0},
     ]
     got = page.evaluate(
         """async ([url, jobs]) => {
@@ -138,7 +139,13 @@ def test_attempts_read_as_retries_spent_with_undelivered_dispatches_apart(
         }""",
         [module_url(page, "format.js"), jobs],
     )
-    assert got == ["1 / 4", "2 / 4", "1 / 1 (2 not delivered)", "1 of 1 (2 not delivered)"]
+    assert got == [
+        "1 / 4",
+        "2 / 4",
+        "1 / 1 (2 not delivered)",
+        "1 / 1 (1 not delivered, 2 preempted)",
+        "1 of 1 (2 not delivered)",
+    ]
 
 
 WORKERS = [

@@ -32,6 +32,11 @@ class FleetSettings:
     # for its agent to reconnect, before the job goes back to the queue.
     reconnect_grace_s: float = 5.0
     cancel_grace_s: float = 60.0
+    # A preempted trainer's time to write a checkpoint and exit after SIGTERM, and what
+    # the orchestrator waits on top of it (the agent stores the checkpoint, then reports)
+    # before it requeues the job without the agent's word.
+    preempt_grace_s: float = 120.0
+    preempt_slack_s: float = 60.0
     never_connected_timeout_s: float = 600.0
     ephemeral_retention_s: float = 3600.0
     default_max_retries: int = 3

@@ -13,6 +13,7 @@ from typing import Any, cast
 import structlog
 
 from tunefleet.actors import messages as m
+from tunefleet.actors import preemption
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.errors import ActorError
 from tunefleet.actors.fair_share import TeamQuota, UsageLedger
@@ -56,6 +57,7 @@ class Fleet:
         self.limits = ConcurrencyLimits()  # as last told to the scheduler
         self.quotas: dict[str, TeamQuota] = {}  # likewise (fair_share.py)
         self.fair = FairShareState(ctx.settings.fair_share)
+        self.fair.preempter = self.preempt  # a reclaim stops its victim as the API does
         self._attempt_spans: AttemptSpans | None = None
 
     # --- lifecycle --------------------------------------------------------------------
@@ -132,6 +134,8 @@ class Fleet:
         if actor.stop_reason is not None:
             # Stopping when the orchestrator went down: ask again, never start it again.
             actor.repeat_stop_request()
+        elif actor.preempt_reason is not None:
+            preemption.repeat_preempt_request(actor)
         elif rec.state == JobState.DISPATCHED:
             # The push may not have reached the agent before the restart: send it again.
             await actor.renew_upload_credentials()
@@ -196,6 +200,7 @@ class Fleet:
         job = self.ctx.jobs.get(job_id)
         if job is not None:
             return cast(dict[str, Any], await job.ask(msg))
+        preemption.release_owed_report(self.ctx, worker_id, job_id, msg.status)
         return await self._report_on_ended_job(worker_id, job_id, msg.status)
 
     async def _report_on_ended_job(
@@ -466,6 +471,19 @@ class Fleet:
             raise Conflict(f"job {job_id} is already {row[0]}; nothing to cancel")
         why = f"cancelled by {actor}" + (f": {reason}" if reason else "")
         return cast(dict[str, Any], await job.ask(m.CancelJob(why, actor)))
+
+    async def preempt(self, job_id: str, reason: str, actor: str = "scheduler") -> dict[str, Any]:
+        """Stop the job's attempt so its worker can take other work (preemption.py): it
+        goes back to the head of its priority band, spends no retry, and resumes from its
+        newest stored checkpoint. NotFound; NotPreemptible (409) unless dispatched or
+        running and not being stopped already."""
+        job = self.ctx.jobs.get(job_id)
+        if job is None:
+            row = await self.ctx.persistence.job_summary(job_id)
+            if row is None:
+                raise NotFound(f"Job not found: {job_id}")
+            raise preemption.not_preemptible(job_id, row[0])
+        return cast(dict[str, Any], await job.ask(m.PreemptJob(reason, actor)))
 
     # --- concurrency limits (tenancy_limits.py) ------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tunefleet.actors import messages as m
+from tunefleet.actors import preemption
 from tunefleet.actors.approvals import decide_approval
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.matching import PendingJob
@@ -40,6 +41,7 @@ class JobActor(JobFsmMixin, Actor):
         self.state = record.state
         self.attempts = record.attempts
         self.undelivered = record.undelivered
+        self.preempted = record.preempted
         self.max_retries = record.max_retries
         self.worker_id: str | None = record.worker_id
         self.past_workers: set[str] = set()
@@ -49,6 +51,8 @@ class JobActor(JobFsmMixin, Actor):
         # Why the orchestrator asked the agent to stop ("cancelled by …" or "timeout").
         self.stop_reason: str | None = record.stop_reason
         self.stop_is_timeout = record.stop_is_timeout
+        # A preemption under way, and workers owing a report on a preempted attempt.
+        self.preempt_reason, self.reports_owed = record.preempt_reason, dict[str, int]()
         # This attempt's acknowledgement, run and cancel-grace timers: the job's own
         # (each expiry names its attempt, so a late one for an earlier attempt is ignored).
         self.timers: list[Any] = []
@@ -65,7 +69,7 @@ class JobActor(JobFsmMixin, Actor):
         return PendingJob(
             self.job_id,
             self.rec.priority,
-            self.rec.seq,
+            preemption.queue_seq(self.rec),
             self.rec.requirements(),
             avoid=self.unacknowledged_by,
             user=self.rec.user_name,
@@ -94,6 +98,10 @@ class JobActor(JobFsmMixin, Actor):
                 await self.on_run_timeout_expired(attempt)
             case m.CancelGraceExpired(attempt=attempt):
                 await self.on_cancel_grace_expired(attempt)
+            case m.PreemptJob(reason=reason, actor=actor):
+                return await preemption.request_preemption(self, reason, actor)
+            case m.PreemptGraceExpired(attempt=attempt):
+                await preemption.on_preempt_grace_expired(self, attempt)
             case _:
                 raise TypeError(f"JobActor cannot handle {type(message).__name__}")
         return None
@@ -197,6 +205,7 @@ class JobActor(JobFsmMixin, Actor):
 
     def _dispatched(self, token: str, now: float) -> None:
         self.upload_token = token
+        self.rec.preempted_last = False  # it left the head of its band
         self.ctx.metrics.dispatch_latency.observe(max(0.0, now - self._queued_at()))
 
     def submit_event(self) -> JobSubmitEvent:
@@ -240,6 +249,8 @@ class JobActor(JobFsmMixin, Actor):
     # --- reports from the worker -------------------------------------------------------
 
     async def on_status(self, msg: m.StatusReported) -> dict[str, Any]:
+        if (owed := preemption.answer_owed_report(self, msg)) is not None:
+            return owed
         if msg.worker_id != self.worker_id:
             if msg.worker_id in self.past_workers:
                 raise Conflict(
@@ -315,6 +326,8 @@ class JobActor(JobFsmMixin, Actor):
         if self.stop_reason is not None and self.worker_id:
             # Cancelled while dispatched: the agent has it now, so tell it again.
             self._tell_worker(m.PushCancel(self.job_id, self.stop_reason))
+        elif self.preempt_reason is not None:  # likewise, and its bound again
+            preemption.repeat_preempt_request(self)
         self._publish()
 
     async def _record_resume(self, checkpoint: str, now: float) -> None:
@@ -332,6 +345,8 @@ class JobActor(JobFsmMixin, Actor):
     async def _finish_from_report(
         self, word: str, error: str | None, now: float, reported: dict[str, Any] | None
     ) -> None:
+        if await preemption.ended_by_report(self, word, now, reported):
+            return
         if word == ReportedStatus.COMPLETED:
             await self._end("complete", JobState.COMPLETED, None, now, reported)
         elif word == ReportedStatus.FAILED:
@@ -397,7 +412,7 @@ class JobActor(JobFsmMixin, Actor):
     async def on_run_timeout_expired(self, attempt: int) -> None:
         if self.state != JobState.RUNNING or attempt != self.attempts:
             return
-        if self.stop_reason is not None:
+        if self.stop_reason is not None or self.preempt_reason is not None:
             return  # already being stopped (cancelled): that stop decides the outcome
         self.stop_reason = f"exceeded its timeout of {self.rec.timeout_minutes:g} minutes"
         self.stop_is_timeout = True
@@ -453,6 +468,8 @@ class JobActor(JobFsmMixin, Actor):
     async def _requeue_or_fail(
         self, reason: str, now: float, *, undelivered: bool = False, unacknowledged: bool = False
     ) -> None:
+        if await preemption.ended_by_loss(self, reason, now):
+            return
         if self.stop_reason is not None:
             # A cancel or timeout was asked for: losing the worker (or its acknowledgement)
             # ends the job as that stop would have; it never goes back to the queue.
@@ -588,6 +605,7 @@ class JobActor(JobFsmMixin, Actor):
             worker_id=self.worker_id,
             attempt=self.attempts,
             undelivered=self.undelivered,  # attempts that spent no retry: "1 of 4", not "2 of 4"
+            preempted=self.preempted,
             progress=self.rec.progress,
             error=self.rec.error,
         )

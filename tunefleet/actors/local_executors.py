@@ -29,7 +29,7 @@ class TrainerRunner(Protocol):
 
     async def run(self, spec: JobSpec, on_event: EventCallback) -> JobOutcome: ...
 
-    async def cancel(self, reason: str = ...) -> None: ...
+    async def cancel(self, reason: str = ..., preempt_grace_s: float | None = None) -> None: ...
 
 
 class LocalExecutors:
@@ -72,8 +72,10 @@ class LocalExecutors:
             self._current = None
             self._cancelled = None
 
-    async def cancel(self, reason: str = DEFAULT_CANCEL_REASON) -> None:
+    async def cancel(
+        self, reason: str = DEFAULT_CANCEL_REASON, preempt_grace_s: float | None = None
+    ) -> None:
         if self._current is None:
             self._cancelled = reason
             return
-        await self._current.cancel(reason)
+        await self._current.cancel(reason, preempt_grace_s)

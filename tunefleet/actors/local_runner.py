@@ -151,7 +151,8 @@ class LocalRunner:
         elif event.type == "job_cancel":
             cancel = read_event(JobCancelEvent, event.data)
             if cancel is not None and cancel.job_id == self._current:
-                await self.executor.cancel(cancel.reason or DEFAULT_CANCEL_REASON)
+                grace = cancel.grace_seconds if cancel.preempt else None  # a preemption's
+                await self.executor.cancel(cancel.reason or DEFAULT_CANCEL_REASON, grace)
 
     async def _run(self, submit: JobSubmitEvent) -> None:
         job_id = submit.job_id

@@ -87,6 +87,8 @@ class PushJob:
 class PushCancel:
     job_id: str
     reason: str
+    # A preemption: the agent's trainer has this long to write a checkpoint and exit.
+    preempt_grace_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,9 @@ class JobReleased:
 
     job_id: str
     hold_until_report_written: bool = False
+    # A preempted attempt the agent has not reported on yet: no dispatch here until it
+    # does (the hold then ends on ReportWritten, with no timer) or the worker is lost.
+    until_final_report: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +217,21 @@ class CancelGraceExpired:
     """The agent did not confirm a stop of this attempt within cancel_grace_s."""
 
     attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptGraceExpired:
+    """The agent did not report on this preempted attempt within the grace and slack."""
+
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptJob:
+    """Stop the job's attempt so its worker can take other work; the job is requeued."""
+
+    reason: str
+    actor: str
 
 
 @dataclass(frozen=True, slots=True)

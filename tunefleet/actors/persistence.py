@@ -21,7 +21,7 @@ from tunefleet.actors.clock import Clock, Timer
 from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.audit import AuditEntry, AuditLog
 from tunefleet.errors import Conflict
-from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
+from tunefleet.fsm.job import PREEMPTED, TERMINAL_JOB_STATES, JobState
 from tunefleet.protocol.events import DEFAULT_CANCEL_REASON
 from tunefleet.storage.log_quota import LogAppend
 from tunefleet.storage.rows import JobRow, WorkerRow
@@ -201,14 +201,23 @@ class Persistence:
 
     async def _load_from_timeline(self, job: JobRecord) -> None:
         """A stop asked for before a restart still stands (the agent may confirm it later),
-        and dispatches that never reached their worker still spend no retry."""
+        dispatches that never reached their worker and preempted attempts still spend no
+        retry, and a job whose last attempt was preempted still waits at the head of its
+        priority band."""
         for event in await self.store.list_job_events(job.job_id):
             if event.kind == "requeued" and event.detail.get(UNDELIVERED):
                 job.undelivered += 1
+            if event.kind in (PREEMPTED, "requeued", JobState.DISPATCHED):
+                job.preempted += event.kind == PREEMPTED
+                job.preempted_last = event.kind == PREEMPTED
             if job.state == JobState.PENDING:
                 continue
             if event.kind == STOP_REQUESTED and event.attempt == job.attempts:
-                job.stop_reason = str(event.detail.get("reason") or DEFAULT_CANCEL_REASON)
+                reason = str(event.detail.get("reason") or DEFAULT_CANCEL_REASON)
+                if event.detail.get("preempt"):
+                    job.preempt_reason = reason
+                    continue
+                job.stop_reason = reason
                 job.stop_is_timeout = bool(event.detail.get("timeout"))
 
     async def worker_token_hashes(self) -> dict[str, str]:
@@ -388,14 +397,14 @@ class Persistence:
         reason: str,
         is_timeout: bool,
         now: float,
+        *,
+        preempt: bool = False,
     ) -> None:
+        detail: dict[str, Any] = {"reason": reason, "timeout": is_timeout}
+        if preempt:
+            detail["preempt"] = True  # read back at start: a preemption, not a cancel
         await self.store.append_job_event(
-            job_id,
-            STOP_REQUESTED,
-            worker_id=worker_id,
-            attempt=attempt,
-            detail={"reason": reason, "timeout": is_timeout},
-            at=now,
+            job_id, STOP_REQUESTED, worker_id=worker_id, attempt=attempt, detail=detail, at=now
         )
 
     async def save_progress(
@@ -457,6 +466,42 @@ class Persistence:
                 worker_id=worker_id,
                 attempt=attempt,
                 detail=detail,
+                at=now,
+            )
+
+        await self._audited(requeue, event)
+
+    async def commit_preempted(
+        self,
+        job_id: str,
+        attempt: int,
+        worker_id: str | None,
+        reason: str,
+        now: float,
+        event: AuditEntry,
+        *,
+        confirmed: bool,
+    ) -> None:
+        """A preempted attempt's end (outcome ``preempted``) and the job back to pending;
+        its timeline entry (kind ``preempted``) is read back at start: no retry spent,
+        and the job waits at the head of its priority band. ``confirmed``: the worker
+        reported the stop (else the orchestrator stopped waiting for it)."""
+
+        def requeue(repos: Repos) -> None:
+            repos.jobs.cas_state(
+                job_id,
+                (JobState.DISPATCHED, JobState.RUNNING),
+                JobState.PENDING,
+                worker_id=None,
+                progress=None,
+            )
+            repos.jobs.end_attempt(job_id, attempt, outcome=PREEMPTED, reason=reason, ended_at=now)
+            repos.jobs.insert_event(
+                job_id,
+                PREEMPTED,
+                worker_id=worker_id,
+                attempt=attempt,
+                detail={"reason": reason, "confirmed": confirmed},
                 at=now,
             )
 

@@ -210,6 +210,7 @@ class JobRecord:
     max_retries: int = 3
     attempts: int = 0
     undelivered: int = 0  # attempts that never reached their worker (loaded from the timeline)
+    preempted: int = 0  # attempts that ended preempted (loaded from the timeline)
     timeout_minutes: float | None = None
     worker_id: str | None = None
     submitted_by: str | None = None
@@ -227,6 +228,11 @@ class JobRecord:
     # confirmed yet; loaded from the timeline so that it outlives a restart.
     stop_reason: str | None = None
     stop_is_timeout: bool = False
+    # A preemption asked of the agent for the current attempt and not confirmed yet, and
+    # whether the job waits at the head of its priority band (its last attempt was
+    # preempted); both loaded from the timeline.
+    preempt_reason: str | None = None
+    preempted_last: bool = False
     # Decided at submit: its submitter controls the orchestrator, so a local run may be as
     # the orchestrator's own user (tunefleet/actors/local_isolation.py).
     local_unisolated: bool = False

@@ -230,7 +230,7 @@ class Scheduler(Actor):
 
     def _reclaim(self, decision: Reclaim, now: float) -> None:
         told = self.fair.started(decision, now)
-        self.ctx.metrics.preemptions.labels(team=decision.victim_team or "-").inc()
+        self.ctx.metrics.reclaims.labels(team=decision.victim_team or "").inc()
         task = asyncio.get_running_loop().create_task(self._record_reclaim(decision, told))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -14,6 +14,7 @@ from tunefleet.actors.context import FleetContext
 from tunefleet.actors.deadline import Deadline
 from tunefleet.actors.delete_advice import API_FORCE, refused_delete_advice
 from tunefleet.actors.matching import WorkerView
+from tunefleet.actors.preemption import no_report_owed
 from tunefleet.actors.records import WorkerRecord
 from tunefleet.actors.runtime import LATER, Actor
 from tunefleet.actors.stream import Outbox, StreamConnection
@@ -171,8 +172,12 @@ class WorkerActor(WorkerFsmMixin, Actor):
                 await self.on_cancel_reservation(job_id)
             case m.PushJob():
                 self.on_push_job(message)
-            case m.PushCancel(job_id=job_id, reason=reason):
-                self.push(JobCancelEvent(job_id=job_id, reason=reason), job_id)
+            case m.PushCancel(job_id=job_id, reason=reason, preempt_grace_s=grace):
+                preempt = grace is not None
+                event = JobCancelEvent(
+                    job_id=job_id, reason=reason, preempt=preempt, grace_seconds=grace
+                )
+                self.push(event, job_id)
             case m.JobAcknowledged(job_id=job_id):
                 self.outbox.acknowledge_job(job_id, "job_submit")
             case m.JobReleased():
@@ -240,6 +245,10 @@ class WorkerActor(WorkerFsmMixin, Actor):
                     job.tell(m.WorkerLost(self.worker_id, reason))
                 self.outbox.acknowledge_job(held)
                 self.current_job_id = None
+        if self.report_hold is not None:
+            # A report owed on a preempted attempt is not awaited any longer: the agent
+            # abandons that job (abandon_job) and takes a new one only once it stopped.
+            self._end_report_hold(self.report_hold)
         self.rec.apply_registration(msg, now)
         self.outbox.acknowledge_type("shutdown")
         self.retiring = False
@@ -339,6 +348,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
         job = self.ctx.jobs.get(self.current_job_id) if self.current_job_id else None
         if job is not None and msg.job_progress and msg.current_job_id == self.current_job_id:
             job.tell(m.StatusReported(self.worker_id, m.HEARTBEAT_PROGRESS, msg.job_progress, None))
+        if no_report_owed(self, msg.current_job_id):
+            self._announce()  # it no longer holds a preempted job: free for new work
         self.ctx.persistence.heartbeat_seen(self.rec, self.ctx.clock)
         self._show()  # live pages show GPU use and "last seen"
         return True
@@ -423,9 +434,11 @@ class WorkerActor(WorkerFsmMixin, Actor):
         if msg.hold_until_report_written:
             self.report_hold = msg.job_id
             self._cancel_report_hold_timer()
-            self.report_hold_timer = self.ctx.clock.call_later(
-                self.ctx.settings.report_hold_s, partial(self.try_tell, m.ReportWritten(msg.job_id))
-            )
+            if not msg.until_final_report:
+                self.report_hold_timer = self.ctx.clock.call_later(
+                    self.ctx.settings.report_hold_s,
+                    partial(self.try_tell, m.ReportWritten(msg.job_id)),
+                )
         # No write of this worker's row: the job's end (or requeue) is committed, and the
         # job table says which worker holds which job, so a restart finds it free anyway
         # (Fleet.start). The row's busy/idle and current_job_id follow at its next write.

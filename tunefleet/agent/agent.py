@@ -388,7 +388,9 @@ class Agent:
             if cancel is None:
                 log.info("ignoring a job_cancel without a job_id")
                 return
-            await self.jobs.cancel(cancel.job_id, cancel.reason or "cancelled by the orchestrator")
+            reason = cancel.reason or "cancelled by the orchestrator"
+            grace = cancel.grace_seconds if cancel.preempt else None
+            await self.jobs.cancel(cancel.job_id, reason, grace)
         elif kind == "drain":
             self._on_drain()
         elif kind == "shutdown":

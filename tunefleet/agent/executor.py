@@ -163,15 +163,19 @@ class JobExecutor:
         finally:
             self._attempt = None
 
-    async def cancel(self, reason: str = DEFAULT_CANCEL_REASON) -> None:
+    async def cancel(
+        self, reason: str = DEFAULT_CANCEL_REASON, preempt_grace_s: float | None = None
+    ) -> None:
         """SIGTERM to the job's group now, SIGKILL after `grace_s`; `run()` returns cancelled.
 
+        ``preempt_grace_s``: the job is preempted, and the trainer has that long (not
+        `grace_s`) to write a checkpoint and exit; one that exits 0 within it completed.
         Returns at once; the escalation is done by the task running the job.
         """
         if self._attempt is None:
             log.debug("cancel with no job running", reason=reason)
             return
-        self._attempt.request_cancel(reason)
+        self._attempt.request_cancel(reason, preempt_grace_s)
 
 
 class _Attempt:
@@ -182,6 +186,7 @@ class _Attempt:
         self.spec = spec
         self.cancel_reason: str | None = None
         self._cancelled = asyncio.Event()
+        self._preempt_grace_s: float | None = None  # set: the cancel is a preemption
         self._proc: asyncio.subprocess.Process | None = None
         self._storing = False  # the trainer exited; its outputs are being stored
         self._forwarder = EventForwarder(
@@ -192,7 +197,7 @@ class _Attempt:
         )
         self._log = log.bind(job_id=spec.job_id, attempt=spec.attempt)
 
-    def request_cancel(self, reason: str) -> None:
+    def request_cancel(self, reason: str, preempt_grace_s: float | None = None) -> None:
         if self.cancel_reason is not None:
             return
         if self._proc is not None and self._proc.returncode is not None and not self._storing:
@@ -200,8 +205,9 @@ class _Attempt:
             self._log.info("cancel after the job exited; outcome stands", reason=reason)
             return
         self.cancel_reason = reason
+        self._preempt_grace_s = preempt_grace_s
         self._cancelled.set()
-        self._log.info("cancelling job", reason=reason)
+        self._log.info("cancelling job", reason=reason, preempt_grace_s=preempt_grace_s)
         self._signal_group(signal.SIGTERM)
 
     async def execute(self) -> JobOutcome:
@@ -414,6 +420,12 @@ class _Attempt:
         if tail.malformed:
             self._log.warning("ignored malformed progress lines", count=tail.malformed)
             capture.note(f"{tail.malformed} progress lines were not JSON objects and were ignored")
+        if returncode == 0 and self._preempt_grace_s is not None:
+            # It finished within a preemption's grace: the job completed (its outputs are
+            # stored as for any completion), there is nothing to resume.
+            self._log.info("job completed within its preemption grace")
+            self.cancel_reason, self._preempt_grace_s = None, None
+            self._cancelled.clear()
         return self._outcome(returncode, capture)
 
     async def _follow_progress(self, tail: ProgressTail) -> None:
@@ -436,11 +448,9 @@ class _Attempt:
         try:
             while proc.returncode is None:
                 if kill_at is None and self._cancelled.is_set():
-                    kill_at = loop.time() + self.executor.grace_s
+                    kill_at = loop.time() + self._grace_s
                 if kill_at is not None and not killed and loop.time() >= kill_at:
-                    self._log.warning(
-                        "job ignored SIGTERM; killing it", grace_s=self.executor.grace_s
-                    )
+                    self._log.warning("job ignored SIGTERM; killing it", grace_s=self._grace_s)
                     self._signal_group(signal.SIGKILL)
                     killed = True
                 pause = _EXIT_POLL_S
@@ -452,6 +462,13 @@ class _Attempt:
         finally:
             cancelled.cancel()
             closed.cancel()
+
+    @property
+    def _grace_s(self) -> float:
+        """How long after SIGTERM the trainer may take to exit: a preemption's grace (to
+        write a checkpoint), else the executor's."""
+        grace = self._preempt_grace_s
+        return grace if grace is not None else self.executor.grace_s
 
     def _signal_group(self, sig: signal.Signals) -> None:
         if self._proc is None:

@@ -37,7 +37,7 @@ log = structlog.get_logger(__name__)
 
 class Executor(Protocol):
     async def run(self, spec: JobSpec, on_event: EventCallback) -> JobOutcome: ...
-    async def cancel(self, reason: str = ...) -> None: ...
+    async def cancel(self, reason: str = ..., preempt_grace_s: float | None = None) -> None: ...
 
 
 class AgentLifecycle(WorkerFsmMixin):
@@ -171,8 +171,11 @@ class JobSlot:
             return logging.WARNING, f"the worker is {self.lifecycle.state}"
         return None
 
-    async def cancel(self, job_id: object, reason: str) -> bool:
-        """Stop the running job if it is ``job_id``; it is then reported cancelled."""
+    async def cancel(
+        self, job_id: object, reason: str, preempt_grace_s: float | None = None
+    ) -> bool:
+        """Stop the running job if it is ``job_id``; it is then reported cancelled.
+        ``preempt_grace_s``: a preemption, whose trainer has that long to checkpoint."""
         job = self.running
         if self._next is not None and self._next.job_id == job_id:
             self._next = None  # cancelled before it could start: never acknowledged
@@ -181,7 +184,7 @@ class JobSlot:
             return False
         if job.cancel_reason is None:
             job.cancel_reason = reason
-            await self.executor.cancel(reason)
+            await self.executor.cancel(reason, preempt_grace_s)
         return True
 
     def abandon(self, job_id: str, reason: str, attempt: int | None = None) -> None:

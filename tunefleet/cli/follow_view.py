@@ -39,9 +39,11 @@ def _attempt(watch: JobWatch) -> str:
     reached its worker spends none and is counted apart ('(1 not delivered)')."""
     if not watch.attempt:
         return ""
-    number = max(1, watch.attempt - watch.undelivered)
+    number = max(1, watch.attempt - watch.undelivered - watch.preempted)
     of = f" of {watch.max_attempts}" if watch.max_attempts else ""
-    apart = f" ({watch.undelivered} not delivered)" if watch.undelivered else ""
+    notes = [f"{watch.undelivered} not delivered"] if watch.undelivered else []
+    notes += [f"{watch.preempted} preempted"] if watch.preempted else []
+    apart = f" ({', '.join(notes)})" if notes else ""
     return f"attempt {number}{of}{apart}"
 
 

@@ -6,17 +6,16 @@ A follow exits with the job's outcome: 0 completed, 1 failed, 3 cancelled (docs/
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import click
 
 from tunefleet.cli.approvals import approve, reject
 from tunefleet.cli.artifacts import artifacts, download
-from tunefleet.cli.client import ApiClient, Connection
-from tunefleet.cli.follow import follow_job, job_path, outcome_exit_code
+from tunefleet.cli.follow import follow_job, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, LiveReporter, QuietReporter, final_line
 from tunefleet.cli.job_logs import logs
 from tunefleet.cli.job_metrics import metrics
-from tunefleet.cli.local_config import LocalConfigError, resolve
 from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
 from tunefleet.cli.output import (
     NONE,
@@ -32,6 +31,10 @@ from tunefleet.cli.output import (
     relative_time,
     status_text,
 )
+from tunefleet.client.connection import Connection
+from tunefleet.client.local_config import LocalConfigError, resolve
+from tunefleet.client.operations import job_path
+from tunefleet.client.transport import Transport
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 
 JOB_STATUSES = tuple(state.value for state in JobState)
@@ -115,7 +118,7 @@ def follow_and_exit(
     out = console()
     followed: dict[str, str] = {}
 
-    async def action(api: ApiClient) -> dict[str, Any]:
+    async def action(api: Transport) -> dict[str, Any]:
         target = job_id
         if submit is not None:
             data = await api.post("/api/queue/submit", submit)
@@ -303,12 +306,16 @@ def _requirements(job: dict[str, Any]) -> str:
 
 
 def attempts_text(job: dict[str, Any]) -> str:
-    """Attempts used of those allowed. A dispatch that never reached its worker spends no
-    retry, so it is counted apart: "3 of 1" would read as a bug."""
+    """Attempts used of those allowed. A dispatch that never reached its worker, or a
+    preempted attempt, spends no retry, so it is counted apart: "3 of 1" would read as a
+    bug."""
     undelivered = job.get("undelivered") or 0
-    used = (job.get("attempts") or 0) - undelivered
+    preempted = job.get("preempted") or 0
+    used = (job.get("attempts") or 0) - undelivered - preempted
     text = f"{used} of {(job.get('max_retries') or 0) + 1}"
-    return f"{text} ({undelivered} not delivered)" if undelivered else text
+    apart = [f"{undelivered} not delivered"] if undelivered else []
+    apart += [f"{preempted} preempted"] if preempted else []
+    return f"{text} ({', '.join(apart)})" if apart else text
 
 
 def _print_job(job: dict[str, Any]) -> None:
@@ -390,3 +397,24 @@ def cancel_job(conn: Connection, job_id: str, reason: str | None, as_json: bool)
         click.echo(f"Cancelled {job_id}.")
     else:
         click.echo(f"Cancelling {job_id}: its worker is stopping it.")
+
+
+@jobs.command("preempt")
+@click.argument("job_id")
+@click.option("--reason", help="Why (shown in the job's timeline and kept in the audit log).")
+@json_option
+@connection_options
+def preempt_job(conn: Connection, job_id: str, reason: str | None, as_json: bool) -> None:
+    """Preempt a running job (admin): its trainer writes a checkpoint and stops, and the
+    job goes back to the head of its priority band, spending no retry; its next attempt
+    resumes from the newest stored checkpoint."""
+    body = {"reason": reason} if reason else {}
+    path = f"/api/jobs/{quote(job_id, safe='')}/preempt"
+    data = call(conn, lambda api: api.post(path, body))
+    if as_json:
+        print_json(data)
+        return
+    click.echo(
+        f"Preempting {job_id} (attempt {data['attempt']}): its trainer has "
+        f"{data['grace_seconds']:g} s to write a checkpoint, then the job is queued again."
+    )

@@ -9,10 +9,10 @@ from urllib.parse import quote
 
 import click
 
-from tunefleet.cli.client import Connection
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import NONE, print_json
 from tunefleet.cli.users import teams
+from tunefleet.client.connection import Connection
 
 
 def _flavor(value: str) -> tuple[str, int]:

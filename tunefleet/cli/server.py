@@ -255,6 +255,22 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     help="Let a team's higher-priority job preempt a lower-priority job of the same team.",
 )
 @click.option(
+    "--preempt-grace",
+    type=click.FloatRange(min=0.0),
+    default=120.0,
+    show_default=True,
+    help="Seconds a preempted job's trainer has after SIGTERM to write a checkpoint and "
+    "exit before its agent kills it.",
+)
+@click.option(
+    "--preempt-slack",
+    type=click.FloatRange(min=0.0),
+    default=60.0,
+    show_default=True,
+    help="Seconds past --preempt-grace the orchestrator waits for the worker's report on a "
+    "preempted job (its checkpoint upload) before it requeues the job without it.",
+)
+@click.option(
     "--ping-interval",
     type=click.FloatRange(min=1.0, max=30.0),
     default=15.0,

@@ -6,9 +6,10 @@ from urllib.parse import quote
 
 import click
 
-from tunefleet.cli.client import ENV_TOKEN, Connection
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import print_json, print_line, print_table, relative_time
+from tunefleet.client.connection import Connection
+from tunefleet.client.errors import ENV_TOKEN
 
 # The orchestrator's permissions (docs/api.md); the server checks them too.
 PERMISSIONS = (
@@ -26,7 +27,7 @@ PERMISSIONS = (
 MEANINGS = {
     "admin.workers": "create, drain, rotate and delete workers; create and revoke API tokens",
     "queue.submit": "submit jobs (the worker's default command or a named configuration)",
-    "queue.admin": "cancel anyone's job",
+    "queue.admin": "cancel anyone's job, preempt a running one",
     "audit.read": "read and verify the audit log",
     "queue.command": "choose the program a job runs (command, loader env, tunefleet_command)",
     "queue.local": "run jobs on the orchestrator's own machine (target local, auto's fallback)",

@@ -10,6 +10,13 @@ against ``max_retries``, since the job never started. SimpleTuner's agent drops 
 ``job_submit`` that races its own completion report, and the job must not pay for that.
 So that an agent which takes jobs and never acknowledges one cannot bounce a job
 forever, the job fails at its ``MAX_UNDELIVERED``-th undelivered dispatch.
+
+A ``preempt``ed attempt (the orchestrator took its worker back for other work, or an
+administrator asked) ends ``preempted`` and puts the job back to pending whatever its
+retries: it spends no retry either (``preempted`` counts them apart), since the job did
+nothing wrong. The stop itself (job_cancel, the trainer's grace to write a checkpoint)
+happens while the job is still dispatched or running; the transition fires when the
+worker has confirmed it, or when the orchestrator stopped waiting (actors/preemption.py).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ DEFAULT_MAX_RETRIES: Final = 3
 # have in all: the last one fails it. A few cover a racing or reconnecting agent; more
 # means its workers' agents take jobs and never report on them.
 MAX_UNDELIVERED: Final = 5
+# The outcome of an attempt that was preempted (stored on the attempt and its timeline).
+PREEMPTED: Final = "preempted"
 
 
 class JobState(StrEnum):
@@ -78,6 +87,14 @@ JOB_TRANSITIONS: tuple[dict[str, Any], ...] = (
         "dest": "failed",
         "unless": "may_requeue",
     },
+    # Preempted: its worker was taken back. Back to the queue, whatever its retries (the
+    # attempt is counted in ``preempted``, never against max_retries).
+    {
+        "trigger": "preempt",
+        "source": ["dispatched", "running"],
+        "dest": "pending",
+        "before": "count_preemption",
+    },
     {
         "trigger": "cancel",
         "source": ["pending_approval", "pending", "dispatched", "running"],
@@ -97,12 +114,13 @@ class JobFsmMixin:
     attempts: int
     max_retries: int
     undelivered: int = 0  # dispatches never acknowledged (not retries), this one included
+    preempted: int = 0  # attempts that ended preempted (not retries either)
 
     # --- guards -----------------------------------------------------------------------
 
     def retries_left(self) -> bool:
         """Whether another attempt is allowed (attempts counts the dispatches so far)."""
-        return self.attempts - self.undelivered <= self.max_retries
+        return self.attempts - self.undelivered - self.preempted <= self.max_retries
 
     def deliveries_left(self) -> bool:
         """Whether the undelivered dispatches so far stay under the bound."""
@@ -117,3 +135,6 @@ class JobFsmMixin:
 
     def count_attempt(self) -> None:
         self.attempts += 1
+
+    def count_preemption(self) -> None:
+        self.preempted += 1

@@ -75,6 +75,8 @@ class ServerOptions:
     health_check_interval: float = 60.0
     dispatch_ack_timeout: float = 60.0
     reconnect_grace: float = 5.0
+    preempt_grace: float = 120.0
+    preempt_slack: float = 60.0
     ping_interval: float = 15.0
     max_retries: int = 3
     # Fair share (issue 25): standing's half-life in hours, reclaim's protection window.
@@ -125,6 +127,8 @@ class ServerOptions:
             health_check_interval_s=self.health_check_interval,
             dispatch_ack_timeout_s=self.dispatch_ack_timeout,
             reconnect_grace_s=self.reconnect_grace,
+            preempt_grace_s=self.preempt_grace,
+            preempt_slack_s=self.preempt_slack,
             ping_interval_s=self.ping_interval,
             default_max_retries=self.max_retries,
             local_runner=self.local_runner,

@@ -30,6 +30,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from tunefleet.http import keys
+from tunefleet.http.auth_throttle import client_key
 from tunefleet.http.log_gate import LogGate
 from tunefleet.limits import Limits
 from tunefleet.metrics import Metrics
@@ -100,10 +101,11 @@ class ConnectionGuard:
 
 
 def _peer_host(transport: asyncio.BaseTransport) -> str:
-    """The client's address ('' when there is none, as on a Unix socket)."""
+    """The address the client is counted under, as failed sign-ins are (an IPv4-mapped
+    IPv6 address as IPv4, other IPv6 by its /64); '' when there is none (a Unix socket)."""
     peer = transport.get_extra_info("peername")
     if isinstance(peer, (tuple, list)) and peer:
-        return str(peer[0])
+        return client_key(str(peer[0]))
     return ""
 
 

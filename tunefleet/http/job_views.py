@@ -6,14 +6,15 @@ from typing import Any
 
 from tunefleet.actors.persistence import UNDELIVERED
 from tunefleet.actors.records import iso
-from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
+from tunefleet.fsm.job import PREEMPTED, TERMINAL_JOB_STATES, JobState
 from tunefleet.http.schemas_queue import hide_env_values
 from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobLogRow, JobRow
 from tunefleet.usage import AttemptSpan, attempt_gpu_seconds
 
 
-def job_summary(row: JobRow, undelivered: int = 0) -> dict[str, Any]:
-    """`undelivered`: how many of the row's attempts never reached their worker."""
+def job_summary(row: JobRow, undelivered: int = 0, preempted: int = 0) -> dict[str, Any]:
+    """`undelivered`: how many of the row's attempts never reached their worker;
+    `preempted`: how many were preempted (neither spent a retry)."""
     return {
         "job_id": row.id,
         "name": row.name,
@@ -24,6 +25,7 @@ def job_summary(row: JobRow, undelivered: int = 0) -> dict[str, Any]:
         "priority": row.priority,
         "attempts": row.attempts,
         "undelivered": undelivered,
+        "preempted": preempted,
         "max_retries": row.max_retries,
         "gpu_count": row.gpu_count,
         "min_vram_gb": row.min_vram_gb,
@@ -49,7 +51,11 @@ def job_detail(
 ) -> dict[str, Any]:
     """`now`: what a running attempt's GPU-seconds count up to."""
     return {
-        **job_summary(row, sum(a.outcome == UNDELIVERED for a in attempts)),
+        **job_summary(
+            row,
+            sum(a.outcome == UNDELIVERED for a in attempts),
+            sum(a.outcome == PREEMPTED for a in attempts),
+        ),
         "config": row.config,
         "dataloader": row.dataloader,
         "command": row.command,

@@ -17,6 +17,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_limits,
     routes_metrics,
     routes_ops,
+    routes_preemption,
     routes_queue,
     routes_quotas,
     routes_usage,

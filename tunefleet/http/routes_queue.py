@@ -13,7 +13,7 @@ from tunefleet.actors.persistence import UNDELIVERED
 from tunefleet.actors.queue_views import counts_by, live_jobs
 from tunefleet.actors.records import JobRecord
 from tunefleet.commands import chooses_program
-from tunefleet.fsm.job import JobState
+from tunefleet.fsm.job import PREEMPTED, JobState
 from tunefleet.http import keys
 from tunefleet.http.approval_access import approval_hold
 from tunefleet.http.auth import QUEUE_COMMAND, require_api
@@ -167,8 +167,10 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
     }
     rows = await store.list_jobs(**filters, limit=query.limit, offset=query.offset)
     total = await store.count_jobs(**filters)
-    undelivered = await store.count_attempts_by_outcome([row.id for row in rows], UNDELIVERED)
-    jobs = [job_summary(row, undelivered.get(row.id, 0)) for row in rows]
+    ids = [row.id for row in rows]
+    undelivered = await store.count_attempts_by_outcome(ids, UNDELIVERED)
+    preempted = await store.count_attempts_by_outcome(ids, PREEMPTED)
+    jobs = [job_summary(r, undelivered.get(r.id, 0), preempted.get(r.id, 0)) for r in rows]
     return web.json_response(
         {"jobs": jobs, "total": total, "limit": query.limit, "offset": query.offset}
     )

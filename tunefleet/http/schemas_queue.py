@@ -193,6 +193,7 @@ class JobSummary(ResponseModel):
     undelivered: int = Field(
         default=0, description="Dispatches that never reached their worker (spent no retry)"
     )
+    preempted: int = Field(default=0, description="Attempts that were preempted (spent no retry)")
     max_retries: int = 3
     gpu_count: int = 1
     min_vram_gb: float | None = None

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,6 +34,13 @@ ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 # run_app's defaults, which the orchestrator served with before.
 KEEPALIVE_TIMEOUT_S = 75.0
 SHUTDOWN_TIMEOUT_S = 10.0
+# Connections the kernel queues before the loop accepts them (capped by net.core.somaxconn).
+# aiohttp's 128 overflowed when a client re-opened hundreds of refused connections a
+# second: everyone else's new connection lost its SYN and waited out the 1 s retransmit.
+LISTEN_BACKLOG = 4096
+# asyncio accepts up to its backlog argument in one callback; kept at aiohttp's 128 so a
+# burst of connections is taken in slices, with heartbeats handled in between.
+ACCEPT_BATCH = 128
 
 
 def raise_open_file_limit() -> str:
@@ -114,10 +122,24 @@ async def serve(
     )
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=ACCEPT_BATCH)
+        await site.start()
+        deepen_listen_queue(site, LISTEN_BACKLOG)
         await (until() if until is not None else asyncio.Event().wait())
     finally:
         await runner.cleanup()
+
+
+def deepen_listen_queue(site: web.TCPSite, backlog: int) -> None:
+    """Listen again with a deeper kernel queue: asyncio took its accept batch from the
+    backlog it was given, and a second listen() only changes the queue."""
+    server = site._server  # aiohttp keeps the asyncio server private
+    for transport_socket in getattr(server, "sockets", None) or ():
+        # asyncio hands out wrappers without listen(): a duplicate names the same socket.
+        with socket.fromfd(
+            transport_socket.fileno(), transport_socket.family, transport_socket.type
+        ) as sock:
+            sock.listen(backlog)
 
 
 def run_guarded(

@@ -98,9 +98,16 @@ DEFAULT_CANCEL_REASON = "cancelled"
 
 
 class JobCancelEvent(EventModel):
+    """``preempt`` and ``grace_seconds`` are tunefleet's additions (SimpleTuner's agent
+    ignores them and stops its trainer as for any cancel): the job is being preempted,
+    not cancelled, and its trainer has ``grace_seconds`` after SIGTERM to write a
+    checkpoint and exit before it is killed. The orchestrator requeues the job."""
+
     type: Literal["job_cancel"] = "job_cancel"
     job_id: JobId
     reason: Annotated[str | None, Forgiving] = None
+    preempt: Annotated[bool, Forgiving] = False
+    grace_seconds: Annotated[float | None, Field(ge=0), Forgiving] = None
 
 
 class DrainEvent(EventModel):

@@ -64,11 +64,14 @@ export function plural(n, word, many = `${word}s`) {
 }
 
 // Retries spent against the attempts allowed: a dispatch that never reached its worker
-// (`undelivered`) spends none, so it is counted apart, else "3 / 1" would read as a bug.
+// (`undelivered`) or was preempted spends none, so it is counted apart, else "3 / 1"
+// would read as a bug.
 export function attemptsText(job, of = '/') {
   const undelivered = job.undelivered ?? 0;
-  const text = `${job.attempts - undelivered} ${of} ${job.max_retries + 1}`;
-  return undelivered > 0 ? `${text} (${undelivered} not delivered)` : text;
+  const preempted = job.preempted ?? 0;
+  const text = `${job.attempts - undelivered - preempted} ${of} ${job.max_retries + 1}`;
+  const apart = [undelivered > 0 && `${undelivered} not delivered`, preempted > 0 && `${preempted} preempted`].filter(Boolean);
+  return apart.length ? `${text} (${apart.join(', ')})` : text;
 }
 
 export function percentOf(progress) {

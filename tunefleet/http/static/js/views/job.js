@@ -8,6 +8,7 @@ import { fleet } from '../fleet.js';
 import { ago, attemptsText, dateTime, duration, gb, metric, percentOf } from '../format.js';
 import { live } from '../live.js';
 import { MAX_LIVE_POINTS, MetricHistory } from '../metrics.js';
+import { session } from '../session.js';
 import { TERMINAL_JOB_STATES } from '../states.js';
 import { confirmAction, toast } from '../ui.js';
 import { artifactsPanel } from './job_artifacts.js';
@@ -36,6 +37,12 @@ export function describeEvent(entry) {
       return { title: `Running on ${worker ?? 'a worker'}`, note: attempt ? `${attempt} acknowledged` : '' };
     case 'requeued':
       return { title: `Requeued from ${worker ?? 'its worker'}`, note: reason ?? attempt, bad: true };
+    case 'stop_requested':
+      return { title: entry.detail?.preempt ? 'Preemption asked' : 'Stop asked', note: reason ?? attempt };
+    case 'preempted':
+      // Requeued at the head of its priority band; the next attempt's "resumed from
+      // checkpoint-N" entry says where it picked up.
+      return { title: `Preempted on ${worker ?? 'its worker'}`, note: [reason, attempt && `${attempt} spent no retry`].filter(Boolean).join(' · '), bad: true };
     case 'completed':
       return { title: 'Completed', note: worker ? `on ${worker}` : '' };
     case 'failed':
@@ -65,6 +72,7 @@ export function mount(main, { args }) {
   const statusHolder = h('span');
   const subtitle = h('p', { class: 'subtitle mono' }, jobId);
   const cancelButton = h('button', { class: 'btn danger', type: 'button', hidden: true }, 'Cancel job');
+  const preemptButton = h('button', { class: 'btn', type: 'button', hidden: true, title: 'Stop this attempt and queue the job again; it resumes from its newest checkpoint' }, 'Preempt');
   const facts = h('dl', { class: 'facts' });
   const pctText = h('span', { class: 'pct', id: 'job-percent' }, '—');
   const stepText = h('span', { class: 'muted' });
@@ -85,7 +93,7 @@ export function mount(main, { args }) {
     h('p', {}, h('a', { href: '#/queue' }, '← Queue')),
     h('div', { class: 'page-head' },
       h('div', {}, h('div', { class: 'job-head' }, title, statusHolder), subtitle),
-      h('div', { class: 'actions' }, cancelButton)),
+      h('div', { class: 'actions' }, preemptButton, cancelButton)),
     notice,
     h('section', { class: 'card', 'aria-label': 'Summary' }, facts),
     h('div', { class: 'grid-main-side' },
@@ -137,6 +145,8 @@ export function mount(main, { args }) {
     subtitle.textContent = [job.job_id, job.config_name && `config ${job.config_name}`, job.user ? `by ${job.user} for team ${job.team || '—'}` : job.submitted_by && `by ${job.submitted_by}`]
       .filter(Boolean).join(' · ');
     cancelButton.hidden = TERMINAL.has(job.status);
+    // Only an admin (queue.admin) preempts, and only a job that holds a worker.
+    preemptButton.hidden = !(session.may('queue.admin') && (job.status === 'running' || job.status === 'dispatched'));
     if (job.status === 'failed' && job.error) {
       notice.replaceChildren(h('div', { class: 'callout danger', role: 'note' }, h('div', {}, h('strong', {}, 'Failed: '), job.error)));
     } else if (job.status === 'pending' && job.wait_reason) {
@@ -304,6 +314,22 @@ export function mount(main, { args }) {
     }
   });
 
+  preemptButton.addEventListener('click', async () => {
+    const ok = await confirmAction({
+      title: `Preempt ${job.name || jobId}?`,
+      message: ['Its trainer gets SIGTERM and the server\'s grace (120 s by default) to write a checkpoint; then the job goes back to the head of its priority band, spends no retry, and its next attempt resumes from that checkpoint. Work since the last checkpoint is lost if the trainer does not save on SIGTERM.'],
+      confirmLabel: 'Preempt',
+    });
+    if (!ok) return;
+    try {
+      const answer = await post(`/api/jobs/${enc(jobId)}/preempt`, { reason: 'from the web UI' });
+      toast(`Preempting ${jobId}: its trainer has ${answer.grace_seconds} s to write a checkpoint.`, 'success');
+      reload();
+    } catch (error) {
+      toast(error.detail, 'error');
+    }
+  });
+
   const offs = [
     live.on('resync', () => {
       reloadSoon();
@@ -315,6 +341,7 @@ export function mount(main, { args }) {
       if (data.worker_id !== undefined) job.worker_id = data.worker_id;
       if (data.attempt !== undefined) job.attempts = data.attempt;
       if (data.undelivered !== undefined) job.undelivered = data.undelivered;
+      if (data.preempted !== undefined) job.preempted = data.preempted;
       // The whole object (null once requeued): job_progress events then merge into it.
       if (data.progress !== undefined) job.progress = data.progress;
       if (data.error !== undefined) job.error = data.error;
