@@ -268,3 +268,35 @@ async def test_a_failing_preempter_leaves_the_scheduler_working(make_server: Any
     assert [e["target"] for e in await server.audit(kind="queue.reclaim")] == [borrower]
     stats = await server.ok("GET", "/api/queue/stats")  # the scheduler still answers
     assert stats["fair_share"]["ml"]["preemptions"] == 1
+
+
+async def test_a_reclaim_preempts_its_victim_and_the_reclaiming_team_runs(
+    make_server: Any,
+) -> None:
+    """The real preempter (Fleet.preempt): the borrowing victim gets a job_cancel with
+    preempt, its agent (as SimpleTuner's) stops and reports cancelled, the attempt ends
+    preempted with no retry spent, and the freed worker goes to the team that reclaimed
+    it; the victim waits behind it (it would borrow)."""
+    server: Server = await make_server(min_runtime_before_preempt=0)
+    people = await three_people(server)
+    await server.ok("POST", "/api/admin/teams/ml/quota", {"gpus": 0})
+    await server.ok("POST", "/api/admin/teams/vision/quota", {"gpus": 2})
+    worker = await server.connected_worker("w-1", gpu_info=A100)
+    victim = await submit_as(server, people.alice, gpu_count=2, target="worker", max_retries=0)
+    assert (await worker.take_job())["job_id"] == victim
+    await worker.report(victim, "running")
+    theirs = await submit_as(server, people.carol, gpu_count=2, target="worker")
+
+    cancel = await worker.stream.expect("job_cancel")
+    assert (cancel.data["job_id"], cancel.data["preempt"]) == (victim, True)
+    assert "team ml borrows worker" in cancel.data["reason"]
+    assert (await worker.report(victim, "cancelled")).status == 200
+    submitted = await worker.stream.expect("job_submit")
+    assert submitted.data["job_id"] == theirs
+    job = await server.job(victim)
+    assert (job["status"], job["preempted"]) == ("pending", 1)
+    assert job["attempt_history"][0]["outcome"] == "preempted"
+    metrics = await (await server.get("/metrics")).text()
+    assert 'tunefleet_reclaims_total{team="ml"} 1.0' in metrics
+    assert 'tunefleet_preemptions_total{team="ml"} 1.0' in metrics
+    worker.close()
