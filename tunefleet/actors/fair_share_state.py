@@ -79,14 +79,23 @@ class FairShareState:
             if span.ended_at is not None:
                 self.ledger.add_ended(span.team, span.gpus, span.dispatched_at, span.ended_at)
 
-    def observe(self, running: Sequence[RunningJob], now: float) -> dict[str | None, float]:
-        """Told who holds GPUs now; the teams' standings at ``now``."""
+    def observe(
+        self,
+        running: Sequence[RunningJob],
+        now: float,
+        free: Callable[[str], bool] = lambda worker_id: True,
+    ) -> dict[str | None, float]:
+        """Told who holds GPUs now (and, by ``free``, which workers are free to give
+        out); the teams' standings at ``now``."""
         self.ledger.observe(
             (Holding(j.job_id, j.team, j.gpus, j.since, j.worker_id) for j in running), now
         )
         holding = {job.job_id for job in running}
-        for victim in [v for v in self.inflight if v not in holding]:
-            del self.inflight[victim]  # it stopped: the reclaim is done
+        for victim, decision in list(self.inflight.items()):
+            # Done once the victim stopped and its worker is free: until then the job it
+            # was for waits for that worker rather than reclaiming another.
+            if victim not in holding and free(decision.worker_id):
+                del self.inflight[victim]
         window = self.rules.min_runtime_s
         for job_id in [j for j, at in self.last_preempted.items() if now - at >= window]:
             del self.last_preempted[job_id]  # out of its protection: nothing to remember
@@ -212,6 +221,11 @@ class FairShareState:
         ]
         later = [end for end in ends if end > now]
         return min(later) if later else None
+
+    def failed(self, decision: Reclaim) -> None:
+        """The preempter refused or failed: the victim is not being stopped (it stays
+        protected for the window, so the next pass looks elsewhere)."""
+        self.inflight.pop(decision.victim, None)
 
     def started(self, decision: Reclaim, now: float) -> Awaitable[object] | None:
         """Recorded as in flight, and handed to the preempter (if one is wired)."""

@@ -206,7 +206,7 @@ class Scheduler(Actor):
             return
         now = self.ctx.clock.time()
         running = self._running(now)
-        standing = self.fair.observe(running, now)
+        standing = self.fair.observe(running, now, self._worker_free)
         book = book_of(self.fair.quotas, running)
         if self.idle:
             gate = None if self.limits.unlimited else LimitGate(self.limits, self.usage())
@@ -223,6 +223,9 @@ class Scheduler(Actor):
             if wake is not None and (self._wake_at is None or wake < self._wake_at):
                 self._wake_at = wake  # a protected borrower may be reclaimed then
                 self.ctx.clock.call_later(wake - now, self._woken)  # one timer at a time
+
+    def _worker_free(self, worker_id: str) -> bool:
+        return worker_id in self.idle or worker_id not in self.fleet
 
     def _woken(self) -> None:
         self._wake_at = None
@@ -251,6 +254,7 @@ class Scheduler(Actor):
             if told is not None:
                 await told
         except Exception as error:  # the scheduler goes on; the victim may still run
+            self.fair.failed(decision)  # the next pass an event brings may look again
             log.warning(
                 "reclaim not recorded or not told", victim=decision.victim, error=repr(error)
             )
