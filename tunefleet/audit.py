@@ -98,6 +98,9 @@ class AuditKind(StrEnum):
     BUDGET_WARNING = "budget.warning"
     TEAM_LIMITS_SET = "team.limits_set"
     QUEUE_CONCURRENCY_SET = "queue.concurrency_set"
+    TEAM_QUOTA_SET = "team.quota_set"
+    TEAM_QUOTA_CLEARED = "team.quota_cleared"
+    QUEUE_RECLAIM = "queue.reclaim"
 
 
 _KINDS = frozenset(kind.value for kind in AuditKind)

@@ -233,6 +233,28 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     "before the job goes back to the queue.",
 )
 @click.option(
+    "--fair-share-half-life",
+    type=click.FloatRange(min=0.01),
+    default=168.0,
+    show_default=True,
+    help="Hours after which a team's GPU-time counts half in its fair-share standing "
+    "(7 days, like Slurm's PriorityDecayHalfLife).",
+)
+@click.option(
+    "--min-runtime-before-preempt",
+    type=click.FloatRange(min=0.0),
+    default=600.0,
+    show_default=True,
+    help="Seconds a job runs before a reclaim of borrowed GPUs may preempt it; nor is a "
+    "job preempted twice within it.",
+)
+@click.option(
+    "--priority-preemption/--no-priority-preemption",
+    default=False,
+    show_default=True,
+    help="Let a team's higher-priority job preempt a lower-priority job of the same team.",
+)
+@click.option(
     "--preempt-grace",
     type=click.FloatRange(min=0.0),
     default=120.0,

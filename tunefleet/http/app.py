@@ -18,6 +18,7 @@ from tunefleet.actors.build import build_fleet
 from tunefleet.actors.clock import Clock, RealClock
 from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.events import EventHub
+from tunefleet.actors.fair_share_state import FairShareSettings
 from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
 from tunefleet.agent.gpu import GpuProbe, probe_from_environment
@@ -78,6 +79,10 @@ class ServerOptions:
     preempt_slack: float = 60.0
     ping_interval: float = 15.0
     max_retries: int = 3
+    # Fair share (issue 25): standing's half-life in hours, reclaim's protection window.
+    fair_share_half_life: float = 168.0
+    min_runtime_before_preempt: float = 600.0
+    priority_preemption: bool = False
     admin_token: str | None = None
     local_runner: bool = True
     local_train_command: str | None = None
@@ -129,6 +134,11 @@ class ServerOptions:
             local_runner=self.local_runner,
             upload_endpoint="/api/artifacts",
             limits=self.limits,
+            fair_share=FairShareSettings(
+                half_life_s=self.fair_share_half_life * 3600,
+                min_runtime_before_preempt_s=self.min_runtime_before_preempt,
+                priority_preemption=self.priority_preemption,
+            ),
         )
 
     @property
@@ -288,6 +298,8 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     inventory = probe.inventory()
     local = local_worker_record(inventory, clock.time()) if settings.local_runner else None
     fleet.limits = await store.limits.limits()  # the scheduler starts under them
+    fleet.quotas = await store.limits.quotas()  # and the teams' quotas
+    await fleet.load_usage(store.usage.attempt_spans)
     await fleet.start(local_worker=local)
     app[keys.FLEET] = fleet
     app[keys.AUDIT] = audit

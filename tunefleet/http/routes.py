@@ -19,6 +19,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_ops,
     routes_preemption,
     routes_queue,
+    routes_quotas,
     routes_usage,
     routes_users,
     routes_workers,

@@ -411,6 +411,26 @@ def _approval_rules(database: pw.Database) -> None:
     database.create_tables([ApprovalRule], safe=False)
 
 
+def _team_quotas(database: pw.Database) -> None:
+    """Team GPU quotas, fair-share weights and borrowing limits (issue 25). A frozen
+    copy of the model as it was at 15; no row: no quota, weight 1, borrowing unlimited."""
+
+    class TeamQuotaRow(pw.Model):
+        id = pw.AutoField()
+        team_name = pw.CharField(max_length=64, unique=True)
+        gpus = pw.IntegerField(null=True)
+        flavors = pw.TextField(default="{}")
+        weight = pw.DoubleField(default=1.0)
+        borrow_limit = pw.IntegerField(null=True)
+        updated_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "team_quota"
+
+    TeamQuotaRow._meta.set_database(database)
+    database.create_tables([TeamQuotaRow], safe=False)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial_schema),
     Migration(2, "job logs, worker offline_at, indexes for listing queries", _job_logs_and_indexes),
@@ -438,6 +458,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _concurrency_limits,
     ),
     Migration(14, "approval rules", _approval_rules),
+    Migration(15, "team GPU quotas, fair-share weights, borrowing limits", _team_quotas),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -320,6 +320,23 @@ class TeamBudget(BaseModel):
         table_name = "team_budget"
 
 
+class TeamQuotaRow(BaseModel):
+    """Added by migration 15: a team's GPU quota (in all and/or per flavor glob, the
+    flavors as a JSON object), fair-share weight and borrowing limit (None: unlimited).
+    Named by the team's name, as jobs are; gone when the quota is cleared."""
+
+    id = pw.AutoField()
+    team_name = pw.CharField(max_length=64, unique=True)
+    gpus = pw.IntegerField(null=True)
+    flavors = pw.TextField(default="{}")
+    weight = pw.DoubleField(default=1.0)
+    borrow_limit = pw.IntegerField(null=True)
+    updated_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "team_quota"
+
+
 class JobEvent(BaseModel):
     id = pw.BigAutoField()
     job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id")
@@ -449,6 +466,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     Job,
     JobAttempt,
     TeamBudget,
+    TeamQuotaRow,
     JobEvent,
     JobLog,
     JobMetric,
