@@ -1,0 +1,325 @@
+"""Webhook subscriptions, the outbox of events, deliveries and the delivery log (issue
+27). Synchronous repository for the DB thread (the outbox's rows are written inside the
+transaction of the change they describe: webhooks/outbox.py), and the awaited facade the
+routes and the sender use."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from tunefleet.storage.models import (
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEvent,
+    WebhookSubscription,
+)
+from tunefleet.storage.rows import first_of, inserted, rows_of
+from tunefleet.storage.statements import insert_row
+from tunefleet.storage.store_base import Connector, Now, page
+
+PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSubscriptionRow:
+    id: int
+    url: str
+    secret: str
+    events: list[str]
+    team_name: str | None
+    user_name: str | None
+    worker_labels: dict[str, str]
+    format: str
+    owner: str | None
+    created_by: str
+    created_at: float
+    disabled_at: float | None
+    disabled_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEventRow:
+    id: int
+    event_id: str
+    kind: str
+    body: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookDeliveryRow:
+    id: int
+    delivery_id: str
+    event_id: int
+    subscription_id: int
+    state: str
+    attempts: int
+    next_at: float
+    created_at: float
+    last_status: int | None
+    last_error: str | None
+    last_latency_ms: float | None
+    delivered_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAttemptRow:
+    id: int
+    delivery_id: int
+    at: float
+    status_code: int | None
+    latency_ms: float
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DueDelivery:
+    """What the sender needs for one attempt: the delivery, its event, its subscription."""
+
+    delivery: WebhookDeliveryRow
+    event: WebhookEventRow
+    subscription: WebhookSubscriptionRow
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    at: float
+    status_code: int | None
+    latency_ms: float
+    error: str | None
+    state: str
+    next_at: float | None
+
+
+def new_delivery_id() -> str:
+    return f"d_{uuid.uuid4().hex}"
+
+
+def new_event_id() -> str:
+    return f"ev_{uuid.uuid4().hex}"
+
+
+class WebhookRepo:
+    def __init__(self, now: Now) -> None:
+        self._now = now
+
+    # --- subscriptions ------------------------------------------------------------------
+
+    def add_subscription(self, values: Mapping[str, Any]) -> WebhookSubscriptionRow:
+        stored = insert_row(WebhookSubscription, {**values, "created_at": self._now()})
+        return inserted(WebhookSubscriptionRow, WebhookSubscription, stored)
+
+    def subscriptions(self) -> list[WebhookSubscriptionRow]:
+        query = WebhookSubscription.select().order_by(WebhookSubscription.id)
+        return rows_of(WebhookSubscriptionRow, query)
+
+    def subscription(self, sub_id: int) -> WebhookSubscriptionRow | None:
+        query = WebhookSubscription.select().where(WebhookSubscription.id == sub_id)
+        return first_of(WebhookSubscriptionRow, query)
+
+    def delete_subscription(self, sub_id: int) -> bool:
+        deliveries = WebhookDelivery.select(WebhookDelivery.id).where(
+            WebhookDelivery.subscription == sub_id
+        )
+        WebhookAttempt.delete().where(WebhookAttempt.delivery.in_(deliveries)).execute()
+        WebhookDelivery.delete().where(WebhookDelivery.subscription == sub_id).execute()
+        gone = WebhookSubscription.delete().where(WebhookSubscription.id == sub_id).execute()
+        return bool(gone)
+
+    def set_disabled(self, sub_id: int, reason: str | None) -> bool:
+        """Disable (``reason``) or enable (None) a subscription. Disabling fails its
+        pending deliveries, so nothing is sent to a receiver that said it is gone."""
+        at = self._now() if reason is not None else None
+        changed = (
+            WebhookSubscription.update(disabled_at=at, disabled_reason=reason)
+            .where(WebhookSubscription.id == sub_id)
+            .execute()
+        )
+        if changed and reason is not None:
+            WebhookDelivery.update(state=FAILED, last_error=reason).where(
+                (WebhookDelivery.subscription == sub_id) & (WebhookDelivery.state == PENDING)
+            ).execute()
+        return bool(changed)
+
+    # --- the outbox ---------------------------------------------------------------------
+
+    def add_event(
+        self,
+        kind: str,
+        body: Mapping[str, Any],
+        subscription_ids: Sequence[int],
+        *,
+        event_id: str,
+        at: float,
+    ) -> int:
+        """The event and one pending delivery per subscription; the event's row id."""
+        values = {"event_id": event_id, "kind": kind, "body": dict(body), "created_at": at}
+        row_id = int(insert_row(WebhookEvent, values)["id"])
+        for sub_id in subscription_ids:
+            insert_row(
+                WebhookDelivery,
+                {
+                    "delivery_id": new_delivery_id(),
+                    "event": row_id,
+                    "subscription": sub_id,
+                    "state": PENDING,
+                    "attempts": 0,
+                    "next_at": at,
+                    "created_at": at,
+                },
+            )
+        return row_id
+
+    def due(self, now: float, limit: int, skip: Sequence[int] = ()) -> list[DueDelivery]:
+        """Up to ``limit`` pending deliveries due by ``now``, oldest first, but those in
+        ``skip`` (in flight already)."""
+        query = (
+            WebhookDelivery.select()
+            .where((WebhookDelivery.state == PENDING) & (WebhookDelivery.next_at <= now))
+            .order_by(WebhookDelivery.next_at, WebhookDelivery.id)
+            .limit(page(limit, 0)[0] + len(skip))
+        )
+        deliveries = [d for d in rows_of(WebhookDeliveryRow, query) if d.id not in set(skip)]
+        return self._joined(deliveries[:limit])
+
+    def _joined(self, deliveries: list[WebhookDeliveryRow]) -> list[DueDelivery]:
+        if not deliveries:
+            return []
+        event_ids = {d.event_id for d in deliveries}
+        events = {
+            e.id: e
+            for e in rows_of(
+                WebhookEventRow, WebhookEvent.select().where(WebhookEvent.id.in_(event_ids))
+            )
+        }
+        subs = {s.id: s for s in self.subscriptions()}
+        return [
+            DueDelivery(d, events[d.event_id], subs[d.subscription_id])
+            for d in deliveries
+            if d.event_id in events and d.subscription_id in subs
+        ]
+
+    def record_attempt(self, delivery_pk: int, result: AttemptResult) -> bool:
+        """An attempt's answer in the log, and the delivery's state after it."""
+        changes: dict[str, Any] = {
+            "state": result.state,
+            "attempts": WebhookDelivery.attempts + 1,
+            "last_status": result.status_code,
+            "last_error": result.error,
+            "last_latency_ms": result.latency_ms,
+        }
+        if result.next_at is not None:
+            changes["next_at"] = result.next_at
+        if result.state == DELIVERED:
+            changes["delivered_at"] = result.at
+        changed = (
+            WebhookDelivery.update(**changes)
+            .where((WebhookDelivery.id == delivery_pk) & (WebhookDelivery.state == PENDING))
+            .execute()
+        )
+        if changed:
+            insert_row(
+                WebhookAttempt,
+                {
+                    "delivery": delivery_pk,
+                    "at": result.at,
+                    "status_code": result.status_code,
+                    "latency_ms": result.latency_ms,
+                    "error": result.error,
+                },
+            )
+        return bool(changed)
+
+    # --- the delivery log ---------------------------------------------------------------
+
+    def deliveries(
+        self, sub_id: int, limit: int, offset: int = 0
+    ) -> list[tuple[WebhookDeliveryRow, str, str]]:
+        """A subscription's deliveries, newest first, each with its event's kind and id."""
+        limit, offset = page(limit, offset)
+        query = (
+            WebhookDelivery.select()
+            .where(WebhookDelivery.subscription == sub_id)
+            .order_by(WebhookDelivery.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        rows = rows_of(WebhookDeliveryRow, query)
+        events = {
+            e.id: e
+            for e in rows_of(
+                WebhookEventRow,
+                WebhookEvent.select().where(WebhookEvent.id.in_({r.event_id for r in rows})),
+            )
+        } if rows else {}
+        return [
+            (r, events[r.event_id].kind, events[r.event_id].event_id)
+            for r in rows
+            if r.event_id in events
+        ]
+
+    def attempts(self, delivery_pks: Sequence[int]) -> list[WebhookAttemptRow]:
+        if not delivery_pks:
+            return []
+        query = (
+            WebhookAttempt.select()
+            .where(WebhookAttempt.delivery.in_(list(delivery_pks)))
+            .order_by(WebhookAttempt.id)
+        )
+        return rows_of(WebhookAttemptRow, query)
+
+    def redeliver(self, sub_id: int, delivery_id: str, now: float) -> bool:
+        """Send a delivery again at once (same idempotency id), whatever its state."""
+        changed = (
+            WebhookDelivery.update(state=PENDING, next_at=now, created_at=now)
+            .where(
+                (WebhookDelivery.subscription == sub_id)
+                & (WebhookDelivery.delivery_id == delivery_id)
+            )
+            .execute()
+        )
+        return bool(changed)
+
+
+class WebhookRecords:
+    """The webhook rows, awaited from the event loop (one DB read or write each)."""
+
+    def __init__(self, db: Connector, repo: WebhookRepo) -> None:
+        self.db = db
+        self.repo = repo
+
+    async def add_subscription(self, values: Mapping[str, Any]) -> WebhookSubscriptionRow:
+        return await self.db.write(partial(self.repo.add_subscription, dict(values)))
+
+    async def subscriptions(self) -> list[WebhookSubscriptionRow]:
+        return await self.db.read(self.repo.subscriptions)
+
+    async def subscription(self, sub_id: int) -> WebhookSubscriptionRow | None:
+        return await self.db.read(partial(self.repo.subscription, sub_id))
+
+    async def delete_subscription(self, sub_id: int) -> bool:
+        return await self.db.write(partial(self.repo.delete_subscription, sub_id))
+
+    async def set_disabled(self, sub_id: int, reason: str | None) -> bool:
+        return await self.db.write(partial(self.repo.set_disabled, sub_id, reason))
+
+    async def due(self, now: float, limit: int, skip: Sequence[int] = ()) -> list[DueDelivery]:
+        return await self.db.read(partial(self.repo.due, now, limit, tuple(skip)))
+
+    async def record_attempt(self, delivery_pk: int, result: AttemptResult) -> bool:
+        return await self.db.write(partial(self.repo.record_attempt, delivery_pk, result))
+
+    async def deliveries(
+        self, sub_id: int, limit: int = 50, offset: int = 0
+    ) -> list[tuple[WebhookDeliveryRow, str, str]]:
+        return await self.db.read(partial(self.repo.deliveries, sub_id, limit, offset))
+
+    async def attempts(self, delivery_pks: Sequence[int]) -> list[WebhookAttemptRow]:
+        return await self.db.read(partial(self.repo.attempts, tuple(delivery_pks)))
+
+    async def redeliver(self, sub_id: int, delivery_id: str, now: float) -> bool:
+        return await self.db.write(partial(self.repo.redeliver, sub_id, delivery_id, now))
