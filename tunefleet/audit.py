@@ -94,6 +94,11 @@ class AuditKind(StrEnum):
     BUDGET_WARNING = "budget.warning"
     TEAM_LIMITS_SET = "team.limits_set"
     QUEUE_CONCURRENCY_SET = "queue.concurrency_set"
+    # Webhook subscriptions (issue 27): the URL and events, never the secret.
+    WEBHOOK_CREATED = "webhook.created"
+    WEBHOOK_DELETED = "webhook.deleted"
+    WEBHOOK_ENABLED = "webhook.enabled"
+    WEBHOOK_REDELIVERED = "webhook.redelivered"
 
 
 _KINDS = frozenset(kind.value for kind in AuditKind)

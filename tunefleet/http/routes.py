@@ -20,6 +20,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_queue,
     routes_usage,
     routes_users,
+    routes_webhooks,
     routes_workers,
     ui,
 )

@@ -65,9 +65,7 @@ class MemoryWebhookRepo(WebhookRepo):
         if row is None:
             return False
         at = self._now() if reason is not None else None
-        self._t.webhook_subscriptions[sub_id] = replace(
-            row, disabled_at=at, disabled_reason=reason
-        )
+        self._t.webhook_subscriptions[sub_id] = replace(row, disabled_at=at, disabled_reason=reason)
         if reason is not None:
             for key, d in list(self._t.webhook_deliveries.items()):
                 if d.subscription_id == sub_id and d.state == PENDING:
@@ -157,9 +155,7 @@ class MemoryWebhookRepo(WebhookRepo):
     def attempts(self, delivery_pks: Sequence[int]) -> list[WebhookAttemptRow]:
         wanted = set(delivery_pks)
         return [
-            fresh(a)
-            for _, a in sorted(self._t.webhook_attempts.items())
-            if a.delivery_id in wanted
+            fresh(a) for _, a in sorted(self._t.webhook_attempts.items()) if a.delivery_id in wanted
         ]
 
     def redeliver(self, sub_id: int, delivery_id: str, now: float) -> bool:

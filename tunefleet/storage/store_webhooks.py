@@ -249,13 +249,17 @@ class WebhookRepo:
             .offset(offset)
         )
         rows = rows_of(WebhookDeliveryRow, query)
-        events = {
-            e.id: e
-            for e in rows_of(
-                WebhookEventRow,
-                WebhookEvent.select().where(WebhookEvent.id.in_({r.event_id for r in rows})),
-            )
-        } if rows else {}
+        events = (
+            {
+                e.id: e
+                for e in rows_of(
+                    WebhookEventRow,
+                    WebhookEvent.select().where(WebhookEvent.id.in_({r.event_id for r in rows})),
+                )
+            }
+            if rows
+            else {}
+        )
         return [
             (r, events[r.event_id].kind, events[r.event_id].event_id)
             for r in rows

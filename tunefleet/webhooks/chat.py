@@ -37,7 +37,9 @@ def duration(seconds: float) -> str:
 def _metrics(values: Mapping[str, Any]) -> list[str]:
     names = [n for n in _FIRST_METRICS if n in values]
     names += sorted(n for n in values if n not in names and n != "step")
-    return [f"{name} {values[name]:.4g}" for name in names[:3] if isinstance(values[name], int | float)]
+    return [
+        f"{name} {values[name]:.4g}" for name in names[:3] if isinstance(values[name], int | float)
+    ]
 
 
 def sentence(kind: str, data: Mapping[str, Any]) -> str:
@@ -67,7 +69,9 @@ def sentence(kind: str, data: Mapping[str, Any]) -> str:
     if kind.startswith("budget."):
         return str(data.get("message") or f"team {data.get('team')}: {kind}")
     if kind == "orchestrator.takeover":
-        return f"orchestrator {data.get('url')} took over as the active one (term {data.get('term')})"
+        return (
+            f"orchestrator {data.get('url')} took over as the active one (term {data.get('term')})"
+        )
     return str(data.get("message") or kind)
 
 

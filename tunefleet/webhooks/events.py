@@ -21,7 +21,8 @@ JOB_EVENTS: Final = (
 APPROVAL_EVENTS: Final = ("approval.required", "approval.granted", "approval.rejected")
 WORKER_EVENTS: Final = ("worker.online", "worker.offline", "worker.quarantined")
 BUDGET_EVENTS: Final = ("budget.warning", "budget.exceeded")
-ORCHESTRATOR_EVENTS: Final = ("orchestrator.takeover",)
+TAKEOVER: Final = "orchestrator.takeover"
+ORCHESTRATOR_EVENTS: Final = (TAKEOVER,)
 # Sent only by `tunefleet webhooks test`, to the one subscription tested.
 TEST_EVENT: Final = "webhook.test"
 EVENT_KINDS: Final = (

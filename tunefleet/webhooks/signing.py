@@ -38,4 +38,4 @@ def verify(secret: str, header: str, body: bytes, now: float, tolerance_s: float
 
 def masked(secret: str) -> str:
     """What logs, audit and the API show of a secret after its creation."""
-    return f"{secret[:len(SECRET_PREFIX) + 2]}…{secret[-2:]}" if len(secret) > 12 else "…"
+    return f"{secret[: len(SECRET_PREFIX) + 2]}…{secret[-2:]}" if len(secret) > 12 else "…"
