@@ -133,7 +133,6 @@ def _checked_events(wanted: list[str] | None, principal: ApiPrincipal) -> list[s
     request=CreateWebhookRequest,
     response=WebhookCreated,
     auth="api",
-    status=201,
     errors={400: "Bad URL, unknown event", 403: "Events only admin.webhooks may have"},
 )
 async def create_webhook(request: web.Request) -> web.StreamResponse:
@@ -168,7 +167,7 @@ async def create_webhook(request: web.Request) -> web.StreamResponse:
         events=events,
         format=row.format,
     )
-    return web.json_response({**subscription_view(row), "secret": secret}, status=201)
+    return web.json_response({**subscription_view(row), "secret": secret})
 
 
 @routes.route(

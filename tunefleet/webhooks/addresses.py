@@ -30,12 +30,12 @@ def address_refusal(address: str, *, allow_private: bool) -> str | None:
     if allow_private:
         return None
     kinds = (
+        ("unspecified", ip.is_unspecified),
         ("loopback", ip.is_loopback),
         ("link-local", ip.is_link_local),
         ("private", ip.is_private),
         ("multicast", ip.is_multicast),
         ("reserved", ip.is_reserved),
-        ("unspecified", ip.is_unspecified),
     )
     for kind, hit in kinds:
         if hit:
