@@ -96,12 +96,17 @@ class MemoryWebhookRepo(WebhookRepo):
             self._t.insert("webhook_deliveries", WebhookDeliveryRow, WebhookDelivery, delivery)
         return int(event.id)
 
-    def due(self, now: float, limit: int, skip: Sequence[int] = ()) -> list[DueDelivery]:
+    def due(
+        self, now: float, limit: int, skip: Sequence[int] = (), busy: Sequence[int] = ()
+    ) -> list[DueDelivery]:
         waiting = sorted(
             (
                 d
                 for d in self._t.webhook_deliveries.values()
-                if d.state == PENDING and d.next_at <= now and d.id not in set(skip)
+                if d.state == PENDING
+                and d.next_at <= now
+                and d.id not in set(skip)
+                and d.subscription_id not in set(busy)
             ),
             key=lambda d: (d.next_at, d.id),
         )

@@ -174,12 +174,17 @@ class WebhookRepo:
             )
         return row_id
 
-    def due(self, now: float, limit: int, skip: Sequence[int] = ()) -> list[DueDelivery]:
+    def due(
+        self, now: float, limit: int, skip: Sequence[int] = (), busy: Sequence[int] = ()
+    ) -> list[DueDelivery]:
         """Up to ``limit`` pending deliveries due by ``now``, oldest first, but those in
-        ``skip`` (in flight already)."""
+        ``skip`` (in flight already) and those of the subscriptions in ``busy``."""
+        where = (WebhookDelivery.state == PENDING) & (WebhookDelivery.next_at <= now)
+        if busy:
+            where &= WebhookDelivery.subscription.not_in(list(busy))
         query = (
             WebhookDelivery.select()
-            .where((WebhookDelivery.state == PENDING) & (WebhookDelivery.next_at <= now))
+            .where(where)
             .order_by(WebhookDelivery.next_at, WebhookDelivery.id)
             .limit(page(limit, 0)[0] + len(skip))
         )
@@ -311,8 +316,10 @@ class WebhookRecords:
     async def set_disabled(self, sub_id: int, reason: str | None) -> bool:
         return await self.db.write(partial(self.repo.set_disabled, sub_id, reason))
 
-    async def due(self, now: float, limit: int, skip: Sequence[int] = ()) -> list[DueDelivery]:
-        return await self.db.read(partial(self.repo.due, now, limit, tuple(skip)))
+    async def due(
+        self, now: float, limit: int, skip: Sequence[int] = (), busy: Sequence[int] = ()
+    ) -> list[DueDelivery]:
+        return await self.db.read(partial(self.repo.due, now, limit, tuple(skip), tuple(busy)))
 
     async def record_attempt(self, delivery_pk: int, result: AttemptResult) -> bool:
         return await self.db.write(partial(self.repo.record_attempt, delivery_pk, result))

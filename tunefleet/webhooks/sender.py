@@ -99,7 +99,8 @@ class WebhookSender:
         self._max_in_flight = max_in_flight
         self._timeout_s = timeout_s
         self._rng = rng or random.Random()
-        self._in_flight: dict[int, asyncio.Task[None]] = {}
+        # Deliveries being sent: their subscription and task.
+        self._in_flight: dict[int, tuple[int, asyncio.Task[None]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -124,7 +125,8 @@ class WebhookSender:
     async def stop(self) -> None:
         """Stop sending; what is in flight is abandoned and sent again by whoever runs
         next (the receiver tells the repeat by its X-Tunefleet-Delivery)."""
-        tasks = [t for t in (self._task, *self._in_flight.values()) if t is not None]
+        sending = [task for _, task in self._in_flight.values()]
+        tasks = [t for t in (self._task, *sending) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -140,23 +142,39 @@ class WebhookSender:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
-            free = self._max_in_flight - len(self._in_flight)
-            if free > 0:
-                try:
-                    due = await self.store.webhooks.due(
-                        self._now(), min(free, PAGE), tuple(self._in_flight)
-                    )
-                except Exception as error:  # the database is away: try again later
-                    log.warning("webhooks.read_failed", error=str(error))
-                    due = []
-                for item in due:
-                    task = asyncio.create_task(self._attempt(item))
-                    self._in_flight[item.delivery.id] = task
-                    task.add_done_callback(partial(self._done, item.delivery.id))
-                if len(due) == min(free, PAGE):
-                    continue  # more may be due: fill the free slots first
+            if await self._start_due():
+                continue  # more may be due: fill the free slots first
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), IDLE_POLL_S)
+
+    async def _start_due(self) -> bool:
+        """Start the oldest due delivery of each subscription with none in flight, up to
+        the free slots: one at a time per subscription, so a healthy receiver gets its
+        events in the order they happened, and one slow receiver holds one slot.
+        Whether any was started."""
+        free = self._max_in_flight - len(self._in_flight)
+        if free <= 0:
+            return False
+        busy = {sub for sub, _ in self._in_flight.values()}
+        try:
+            due = await self.store.webhooks.due(
+                self._now(), PAGE, tuple(self._in_flight), tuple(busy)
+            )
+        except Exception as error:  # the database is away: try again later
+            log.warning("webhooks.read_failed", error=str(error))
+            return False
+        started = False
+        for item in due:
+            sub_id = item.subscription.id
+            if free <= 0 or sub_id in busy:
+                continue
+            busy.add(sub_id)
+            free -= 1
+            task = asyncio.create_task(self._attempt(item))
+            self._in_flight[item.delivery.id] = (sub_id, task)
+            task.add_done_callback(partial(self._done, item.delivery.id))
+            started = True
+        return started
 
     def _done(self, delivery_pk: int, _task: object = None) -> None:
         self._in_flight.pop(delivery_pk, None)
