@@ -17,8 +17,10 @@ from aiohttp.test_utils import TestServer
 
 from tests.server.conftest import Server, ServerMaker
 from tests.server.protocol import eventually
+from tests.server.usage_testkit import T, record_attempt
 from tests.server.users_testkit import submit_as, three_people
 from tunefleet.storage.models import WebhookDelivery, WebhookEvent
+from tunefleet.webhooks.events import WORKER_EVENTS
 from tunefleet.webhooks.signing import verify
 
 HOOKS = "/api/admin/webhooks"
@@ -207,3 +209,52 @@ async def disabled_view(server: Server, check: Any) -> dict[str, Any]:
 
 async def _got(receiver: Receiver, count: int) -> bool:
     return len(receiver.got) >= count
+
+
+async def _events(server: Server) -> list[tuple[str, dict[str, Any]]]:
+    def read() -> list[tuple[str, dict[str, Any]]]:
+        return [(e.kind, e.body) for e in WebhookEvent.select().order_by(WebhookEvent.id)]
+
+    return await server.store.db.read(read)
+
+
+async def test_budget_warnings_and_refusals_are_events(server: Server) -> None:
+    people = await three_people(server)
+    url = "https://hooks.example.com/budget"
+    await server.ok("POST", HOOKS, {"url": url, "events": ["budget.warning", "budget.exceeded"]})
+    budget = "/api/admin/teams/ml/budget"
+    await server.ok("POST", budget, {"gpu_hours": 0.5, "period": "month", "action": "warn"})
+    await record_attempt(server, "j_a", "bob", "ml", 1, T - 3600, None)
+    job_id = await submit_as(server, people.alice)
+    await server.ok("POST", budget, {"gpu_hours": 0.5, "period": "month", "action": "block"})
+    refused = await server.client.post(
+        "/api/queue/submit", json={"config": {"model_type": "lora"}}, headers=people.alice
+    )
+    assert refused.status == 403
+    (warn_kind, warning), (block_kind, exceeded) = await _events(server)
+    assert (warn_kind, warning["data"]["job_id"]) == ("budget.warning", job_id)
+    assert "0.5 GPU-hour budget" in warning["data"]["detail"]["message"]
+    assert (block_kind, exceeded["data"]["team"], exceeded["data"]["user"]) == (
+        "budget.exceeded",
+        "ml",
+        "alice",
+    )
+
+
+async def test_workers_coming_and_going_and_quarantined_are_events(server: Server) -> None:
+    url = "https://hooks.example.com/workers"
+    await server.ok("POST", HOOKS, {"url": url, "events": list(WORKER_EVENTS)})
+    worker = await server.connected_worker("gpu-1")
+    worker.close()
+    await server.clock.advance(200)  # past the reconnect grace and the heartbeat timeout
+    await server.wait_worker(worker.worker_id, "offline")
+    # The quarantine (issue 25's) calls this once it has stored its change.
+    await server.fleet.ctx.persistence.note_worker_quarantined(worker.worker_id, "ECC errors")
+    kinds = [(kind, body["data"]["worker_id"]) for kind, body in await _events(server)]
+    assert kinds == [
+        ("worker.online", worker.worker_id),
+        ("worker.offline", worker.worker_id),
+        ("worker.quarantined", worker.worker_id),
+    ]
+    quarantined = (await _events(server))[-1][1]["data"]
+    assert (quarantined["name"], quarantined["reason"]) == ("gpu-1", "ECC errors")

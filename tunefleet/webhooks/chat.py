@@ -67,7 +67,9 @@ def sentence(kind: str, data: Mapping[str, Any]) -> str:
         text = f"worker {data.get('name') or data.get('worker_id')} is {state}"
         return f"{text}: {data['reason']}" if data.get("reason") else text
     if kind.startswith("budget."):
-        return str(data.get("message") or f"team {data.get('team')}: {kind}")
+        message = data.get("message") or (data.get("detail") or {}).get("message")
+        who = f"{data['job_id']} " if data.get("job_id") else ""
+        return f"{who}{message or kind}"
     if kind == "orchestrator.takeover":
         return (
             f"orchestrator {data.get('url')} took over as the active one (term {data.get('term')})"
