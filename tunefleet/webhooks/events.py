@@ -87,8 +87,8 @@ def job_body(kind: str, job: JobFacts, base_url: str, detail: Mapping[str, Any])
         "finished_at": iso(job.finished_at),
         "links": {
             "job": f"{base_url}/#/jobs/{job.job_id}",
-            "artifacts": f"{base_url}/api/jobs/{job.job_id}/artifacts",
-            "api": f"{base_url}/api/jobs/{job.job_id}",
+            "artifacts": f"{base_url}/api/queue/{job.job_id}/artifacts",
+            "api": f"{base_url}/api/queue/{job.job_id}",
         },
     }
     if kind in FINISHED_JOB_EVENTS:
