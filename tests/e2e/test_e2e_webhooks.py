@@ -5,74 +5,20 @@ meanwhile: every event still arrives, none twice per idempotency id."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from tests.e2e.harness import Agent, Orchestrator, free_port, wait_until, write_tiny_config
+from tests.e2e.harness import Agent, Orchestrator, wait_until, write_tiny_config
+from tests.e2e.webhook_receiver import Receiver
 from tunefleet.webhooks.signing import verify
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 JOB_EVENTS = ["job.submitted", "job.started", "job.completed"]
-
-
-class Receiver:
-    """An aiohttp receiver on its own thread and loop, which can go away and come back
-    on the same port."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.got: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
-
-    async def _hook(self, request: web.Request) -> web.Response:
-        raw = await request.read()
-        with self._lock:
-            self.got.append({"headers": dict(request.headers), "raw": raw, "json": json.loads(raw)})
-        return web.Response(text="ok")
-
-    async def _up(self) -> None:
-        app = web.Application()
-        app.router.add_post("/hook", self._hook)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True).start()
-
-    async def _down(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    def up(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._up(), self._loop).result(10)
-
-    def down(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._down(), self._loop).result(10)
-
-    def close(self) -> None:
-        self.down()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def events_of(self, job_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [g for g in self.got if g["json"]["data"].get("job_id") == job_id]
 
 
 @pytest.fixture
