@@ -44,6 +44,7 @@ BENCHMARKS: tuple[str, ...] = (
     "takeover",
     "yardstick",
     "abuse",
+    "webhooks",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

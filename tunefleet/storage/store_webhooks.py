@@ -159,19 +159,21 @@ class WebhookRepo:
         """The event and one pending delivery per subscription; the event's row id."""
         values = {"event_id": event_id, "kind": kind, "body": dict(body), "created_at": at}
         row_id = int(insert_row(WebhookEvent, values)["id"])
-        for sub_id in subscription_ids:
-            insert_row(
-                WebhookDelivery,
-                {
-                    "delivery_id": new_delivery_id(),
-                    "event": row_id,
-                    "subscription": sub_id,
-                    "state": PENDING,
-                    "attempts": 0,
-                    "next_at": at,
-                    "created_at": at,
-                },
-            )
+        if subscription_ids:  # one statement for all of them: this runs in a job's commit
+            WebhookDelivery.insert_many(
+                [
+                    {
+                        "delivery_id": new_delivery_id(),
+                        "event": row_id,
+                        "subscription": sub_id,
+                        "state": PENDING,
+                        "attempts": 0,
+                        "next_at": at,
+                        "created_at": at,
+                    }
+                    for sub_id in subscription_ids
+                ]
+            ).execute()
         return row_id
 
     def due(

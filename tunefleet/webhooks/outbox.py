@@ -20,6 +20,7 @@ from tunefleet.storage.store import Repos
 from tunefleet.storage.store_webhooks import WebhookSubscriptionRow, new_event_id
 from tunefleet.webhooks.events import (
     EVENT_KINDS,
+    FINISHED_JOB_EVENTS,
     JobFacts,
     Scope,
     WorkerFacts,
@@ -61,6 +62,11 @@ class WebhookOutbox:
     def active(self) -> bool:
         return bool(self._live)
 
+    @property
+    def count(self) -> int:
+        """Enabled subscriptions."""
+        return len(self._live)
+
     def on_staged(self, wake: Callable[[], None]) -> None:
         """``wake()`` runs on the DB thread after a commit that stored events."""
         self._wake = wake
@@ -90,7 +96,8 @@ class WebhookOutbox:
             return
         worker = repos.workers.get(job.worker_id) if job.worker_id else None
         final = _numeric(metrics) or _numeric(job.progress)
-        checkpoints = len(repos.artifacts.checkpoints(job_id)) if kind.startswith("job.") else 0
+        finished = kind in FINISHED_JOB_EVENTS
+        checkpoints = len(repos.artifacts.checkpoints(job_id)) if finished else 0
         facts = JobFacts(
             job_id=job.id,
             name=job.name or job.config_name,

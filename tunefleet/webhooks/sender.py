@@ -153,9 +153,11 @@ class WebhookSender:
         events in the order they happened, and one slow receiver holds one slot.
         Whether any was started."""
         free = self._max_in_flight - len(self._in_flight)
-        if free <= 0:
-            return False
         busy = {sub for sub, _ in self._in_flight.values()}
+        if free <= 0 or (busy and len(busy) >= self.outbox.count):
+            # Nothing could start: no database read (a slow receiver's backlog would be
+            # scanned on every commit that adds to it).
+            return False
         try:
             due = await self.store.webhooks.due(
                 self._now(), PAGE, tuple(self._in_flight), tuple(busy)
