@@ -133,6 +133,10 @@ async def test_a_user_subscribes_to_their_own_jobs_only(server: Server) -> None:
     assert (await carol.json())["webhooks"] == []
     gone = await server.delete(f"{HOOKS}/{mine['id']}", people.carol)
     assert gone.status == 404
+    for path in (f"{HOOKS}/{mine['id']}/test", f"{HOOKS}/{mine['id']}/enable"):
+        assert (await server.post(path, {}, people.carol)).status == 404
+    assert (await server.get(f"{HOOKS}/{mine['id']}/deliveries", people.carol)).status == 404
+    assert (await server.get(f"{HOOKS}/abc/deliveries")).status == 404
     assert len((await server.ok("GET", HOOKS))["webhooks"]) == 1
 
 
@@ -199,6 +203,13 @@ async def test_a_410_disables_the_subscription_and_says_so(
     assert "410" in found["disabled_reason"]
     await server.submit()  # a disabled subscription hears nothing more
     assert len(receiver.got) == 1
+    log = await server.ok("GET", f"{HOOKS}/{hook['id']}/deliveries")
+    delivery = log["deliveries"][0]
+    assert (delivery["state"], delivery["last_status"]) == ("failed", 410)
+    again = f"{HOOKS}/{hook['id']}/deliveries/{delivery['delivery_id']}/redeliver"
+    refused = await server.post(again, {})
+    assert refused.status == 409
+    assert f"tunefleet webhooks enable {hook['id']}" in (await refused.json())["detail"]
     assert (await server.ok("POST", f"{HOOKS}/{hook['id']}/enable"))["success"] is True
     assert (await server.ok("GET", HOOKS))["webhooks"][0]["enabled"] is True
 

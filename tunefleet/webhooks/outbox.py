@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
+import peewee as pw
 import structlog
 
 from tunefleet.storage.store import Repos
@@ -152,6 +153,15 @@ class WebhookOutbox:
     def _stage(self, repos: Repos, kind: str, data: Mapping[str, Any], scope: Scope) -> None:
         if kind not in EVENT_KINDS:
             raise ValueError(f"unknown webhook event kind {kind}")
+        try:
+            self._store_event(repos, kind, data, scope)
+        except pw.DatabaseError:
+            raise  # the transaction is failing anyway: the change and its event go together
+        except Exception:
+            # A fault of ours must never cost a job its step; the event is what is lost.
+            log.exception("webhooks.stage_failed", kind=kind)
+
+    def _store_event(self, repos: Repos, kind: str, data: Mapping[str, Any], scope: Scope) -> None:
         wanted = [
             sub.id
             for sub in self._live
