@@ -95,7 +95,7 @@ async def _reload(request: web.Request) -> None:
 
 async def _own_subscription(request: web.Request) -> WebhookSubscriptionRow:
     """The subscription named in the path, if the caller may manage it (404 otherwise)."""
-    raw = request.match_info["id"]
+    raw = request.match_info["webhook_id"]
     if not raw.isdigit():
         raise ApiError(404, f"No such webhook: {raw}; `tunefleet webhooks list` shows the ids")
     row = await request.app[keys.STORE].webhooks.subscription(int(raw))
@@ -189,7 +189,7 @@ async def list_webhooks(request: web.Request) -> web.StreamResponse:
 
 @routes.route(
     "DELETE",
-    "/api/admin/webhooks/{id}",
+    "/api/admin/webhooks/{webhook_id}",
     summary="Remove a webhook subscription and its delivery log",
     response=WebhookActionResponse,
     auth="api",
@@ -207,7 +207,7 @@ async def delete_webhook(request: web.Request) -> web.StreamResponse:
 
 @routes.route(
     "POST",
-    "/api/admin/webhooks/{id}/enable",
+    "/api/admin/webhooks/{webhook_id}/enable",
     summary="Enable a subscription again (after a 410 from its receiver disabled it)",
     response=WebhookActionResponse,
     auth="api",
@@ -225,7 +225,7 @@ async def enable_webhook(request: web.Request) -> web.StreamResponse:
 
 @routes.route(
     "POST",
-    "/api/admin/webhooks/{id}/test",
+    "/api/admin/webhooks/{webhook_id}/test",
     summary="Send a webhook.test event to this subscription now",
     response=WebhookActionResponse,
     auth="api",
@@ -250,7 +250,7 @@ def _kick(request: web.Request) -> None:
 
 @routes.route(
     "GET",
-    "/api/admin/webhooks/{id}/deliveries",
+    "/api/admin/webhooks/{webhook_id}/deliveries",
     summary="A subscription's delivery log, newest first: attempts, status codes, latency",
     query=DeliveryListQuery,
     response=DeliveryListResponse,
@@ -275,7 +275,7 @@ async def list_deliveries(request: web.Request) -> web.StreamResponse:
 
 @routes.route(
     "POST",
-    "/api/admin/webhooks/{id}/deliveries/{delivery_id}/redeliver",
+    "/api/admin/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
     summary="Send a delivery again now, with the same X-Tunefleet-Delivery id",
     response=WebhookActionResponse,
     auth="api",
