@@ -73,3 +73,41 @@ async def test_the_outbox_is_read_a_page_at_a_time() -> None:
             await store.atomically(lambda repos, s=sub_id: outbox.stage_test(repos, s, {}))
     page = await store.webhooks.due(10**12, 64, busy=[sub_ids[0]])
     assert len(page) == 64 and sub_ids[0] not in {d.subscription.id for d in page}
+
+
+@pytest.fixture
+async def redirecting_url() -> AsyncIterator[tuple[str, list[str]]]:
+    hits: list[str] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        if request.path == "/hook":
+            raise web.HTTPFound("/elsewhere")
+        return web.Response(text="followed")
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", hook)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("/hook")), hits
+    await server.close()
+
+
+async def test_a_redirect_is_not_followed(redirecting_url: tuple[str, list[str]]) -> None:
+    url, hits = redirecting_url
+    store, outbox = memory_store(), WebhookOutbox("http://orch")
+    sub_id = await _subscribe(store, outbox, url)
+    await store.atomically(lambda repos: outbox.stage_test(repos, sub_id, {}))
+    sender = WebhookSender(store, outbox, allow_private=True)
+    sender.start()
+    try:
+        for _ in range(200):
+            (found, _kind, _id), *_ = await store.webhooks.deliveries(sub_id)
+            if found.attempts:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await sender.stop()
+    assert hits == ["/hook"]  # never /elsewhere
+    assert (found.state, found.last_status) == ("pending", 302)
+    assert found.last_error is not None and "redirects are not followed" in found.last_error
