@@ -163,7 +163,6 @@ class Persistence:
         self.store = store
         self._audit = audit
         self.webhooks = webhooks if webhooks is not None else WebhookOutbox()
-        store.db.on_commit(self.webhooks.committed)
         self._audit_lines_wired = False
         self._beats: dict[str, WorkerRecord] = {}
         self._flush_timer: Timer | None = None

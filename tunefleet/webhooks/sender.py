@@ -113,6 +113,8 @@ class WebhookSender:
                 loop.call_soon_threadsafe(self._wake.set)
 
         self.outbox.on_staged(wake_from_thread)
+        # After each commit, on the DB thread: wake up if it stored events.
+        self.store.db.on_commit(self.outbox.committed)
         connector = aiohttp.TCPConnector(
             resolver=GuardedResolver(allow_private=self.allow_private),
             limit=self._max_in_flight,
