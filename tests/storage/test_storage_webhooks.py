@@ -43,7 +43,11 @@ async def _scenario(store: Store) -> dict[str, Any]:
     disabled = await hooks.subscription(two.id)
     two_states = sorted(d.state for d, _, _ in await hooks.deliveries(two.id))
     assert await hooks.delete_subscription(one.id)
+    pruned_early = await hooks.prune(15.0, 100)  # ev_1's failed delivery only
+    pruned = await hooks.prune(1000.0, 100)
+    left_log = await hooks.deliveries(two.id)
     return {
+        "pruned": (pruned_early, pruned, left_log),
         "subs": [(s.url, s.format, s.worker_labels, s.events) for s in [one, two]],
         "due": [(d.event.event_id, d.subscription.url, d.event.body) for d in due],
         "not_busy": sorted((d.event.event_id, d.subscription.url) for d in not_busy),
@@ -69,3 +73,4 @@ async def test_webhook_rows_keep_one_contract_on_every_backend(db: Database) -> 
     assert stored["redelivered"] == (True, "pending", 50.0)
     assert stored["disabled"] == ("gone", ["failed", "failed"])
     assert stored["left"] == [2] and stored["one_log_after_delete"] == []
+    assert stored["pruned"] == (1, 1, [])  # two's failed deliveries, by their age

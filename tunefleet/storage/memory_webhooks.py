@@ -171,3 +171,20 @@ class MemoryWebhookRepo(WebhookRepo):
                 )
                 return True
         return False
+
+    def prune(self, before: float, limit: int) -> int:
+        old = sorted(
+            d.id
+            for d in self._t.webhook_deliveries.values()
+            if d.state != PENDING and d.created_at < before
+        )[:limit]
+        for key in old:
+            del self._t.webhook_deliveries[key]
+        for key, attempt in list(self._t.webhook_attempts.items()):
+            if attempt.delivery_id in old:
+                del self._t.webhook_attempts[key]
+        kept = {d.event_id for d in self._t.webhook_deliveries.values()}
+        for key, event in list(self._t.webhook_events.items()):
+            if event.created_at < before and key not in kept:
+                del self._t.webhook_events[key]
+        return len(old)

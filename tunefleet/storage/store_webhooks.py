@@ -295,6 +295,26 @@ class WebhookRepo:
         )
         return bool(changed)
 
+    def prune(self, before: float, limit: int) -> int:
+        """Forget up to ``limit`` finished (delivered or failed) deliveries made before
+        ``before``, their attempts, and events left with no delivery; how many."""
+        old = [
+            row.id
+            for row in WebhookDelivery.select(WebhookDelivery.id)
+            .where((WebhookDelivery.state != PENDING) & (WebhookDelivery.created_at < before))
+            .order_by(WebhookDelivery.id)
+            .limit(limit)
+        ]
+        if not old:
+            return 0
+        WebhookAttempt.delete().where(WebhookAttempt.delivery.in_(old)).execute()
+        WebhookDelivery.delete().where(WebhookDelivery.id.in_(old)).execute()
+        kept = WebhookDelivery.select(WebhookDelivery.event)
+        WebhookEvent.delete().where(
+            (WebhookEvent.created_at < before) & WebhookEvent.id.not_in(kept)
+        ).execute()
+        return len(old)
+
 
 class WebhookRecords:
     """The webhook rows, awaited from the event loop (one DB read or write each)."""
@@ -336,3 +356,6 @@ class WebhookRecords:
 
     async def redeliver(self, sub_id: int, delivery_id: str, now: float) -> bool:
         return await self.db.write(partial(self.repo.redeliver, sub_id, delivery_id, now))
+
+    async def prune(self, before: float, limit: int) -> int:
+        return await self.db.write(partial(self.repo.prune, before, limit))

@@ -13,6 +13,10 @@ GIVE_UP_AFTER_S: Final = 24 * 3600.0
 REQUEST_TIMEOUT_S: Final = 10.0
 MAX_IN_FLIGHT: Final = 16
 PAGE: Final = 64
+# Finished deliveries (and their log) are kept this long, then forgotten, a page at a time.
+KEEP_LOG_S: Final = 30 * 24 * 3600.0
+PRUNE_EVERY_S: Final = 3600.0
+PRUNE_PAGE: Final = 1000
 
 DeliveryState = Literal["pending", "delivered", "failed"]
 

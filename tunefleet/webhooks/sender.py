@@ -30,7 +30,15 @@ from tunefleet.storage.store_webhooks import AttemptResult, DueDelivery
 from tunefleet.webhooks.addresses import address_refusal, url_refusal
 from tunefleet.webhooks.chat import slack_body
 from tunefleet.webhooks.outbox import WebhookOutbox
-from tunefleet.webhooks.policy import MAX_IN_FLIGHT, PAGE, REQUEST_TIMEOUT_S, judge
+from tunefleet.webhooks.policy import (
+    KEEP_LOG_S,
+    MAX_IN_FLIGHT,
+    PAGE,
+    PRUNE_EVERY_S,
+    PRUNE_PAGE,
+    REQUEST_TIMEOUT_S,
+    judge,
+)
 from tunefleet.webhooks.signing import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -142,8 +150,12 @@ class WebhookSender:
         self._wake.set()
 
     async def _run(self) -> None:
+        pruned_at = -PRUNE_EVERY_S
         while True:
             self._wake.clear()
+            if time.monotonic() - pruned_at >= PRUNE_EVERY_S:
+                pruned_at = time.monotonic()
+                await self._prune()
             if await self._start_due():
                 continue  # more may be due: fill the free slots first
             with contextlib.suppress(TimeoutError):
@@ -179,6 +191,16 @@ class WebhookSender:
             task.add_done_callback(partial(self._done, item.delivery.id))
             started = True
         return started
+
+    async def _prune(self) -> None:
+        """Forget the delivery log older than KEEP_LOG_S, PRUNE_PAGE rows a write, so the
+        outbox's tables stay bounded and no one write is long."""
+        before = self._now() - KEEP_LOG_S
+        try:
+            while await self.store.webhooks.prune(before, PRUNE_PAGE) == PRUNE_PAGE:
+                await asyncio.sleep(0)
+        except Exception as error:  # tried again at the next hour
+            log.warning("webhooks.prune_failed", error=str(error))
 
     def _done(self, delivery_pk: int, _task: object = None) -> None:
         self._in_flight.pop(delivery_pk, None)
