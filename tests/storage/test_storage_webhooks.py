@@ -46,7 +46,23 @@ async def _scenario(store: Store) -> dict[str, Any]:
     pruned_early = await hooks.prune(15.0, 100)  # ev_1's failed delivery only
     pruned = await hooks.prune(1000.0, 100)
     left_log = await hooks.deliveries(two.id)
+    await store.create_worker("w_1", name="gpu-1", worker_type="persistent", labels={"p": "x"})
+    await store.create_job(
+        "j_1",
+        config={},
+        name="tiny",
+        worker_id="w_1",
+        user_name="alice",
+        progress={"loss": 0.5},
+        submitted_at=5.0,
+    )
+    facts = (
+        await store.db.read(lambda: store.repos.webhooks.job_facts("j_1")),
+        await store.db.read(lambda: store.repos.webhooks.worker_facts("w_1")),
+        await store.db.read(lambda: store.repos.webhooks.job_facts("j_none")),
+    )
     return {
+        "facts": facts,
         "pruned": (pruned_early, pruned, left_log),
         "subs": [(s.url, s.format, s.worker_labels, s.events) for s in [one, two]],
         "due": [(d.event.event_id, d.subscription.url, d.event.body) for d in due],
@@ -73,4 +89,12 @@ async def test_webhook_rows_keep_one_contract_on_every_backend(db: Database) -> 
     assert stored["redelivered"] == (True, "pending", 50.0)
     assert stored["disabled"] == ("gone", ["failed", "failed"])
     assert stored["left"] == [2] and stored["one_log_after_delete"] == []
+    job, worker, missing = stored["facts"]
+    assert (job["name"], job["user_name"], job["progress"], job["state"]) == (
+        "tiny",
+        "alice",
+        {"loss": 0.5},
+        "pending",
+    )
+    assert (worker["name"], worker["labels"], missing) == ("gpu-1", {"p": "x"}, None)
     assert stored["pruned"] == (1, 1, [])  # two's failed deliveries, by their age

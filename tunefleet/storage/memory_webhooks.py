@@ -3,6 +3,7 @@ contract (same arguments and answers)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -18,6 +19,8 @@ from tunefleet.storage.store_base import Now, page
 from tunefleet.storage.store_webhooks import (
     DELIVERED,
     FAILED,
+    JOB_FACTS,
+    WORKER_FACTS,
     PENDING,
     AttemptResult,
     DueDelivery,
@@ -71,6 +74,14 @@ class MemoryWebhookRepo(WebhookRepo):
                 if d.subscription_id == sub_id and d.state == PENDING:
                     self._t.webhook_deliveries[key] = replace(d, state=FAILED, last_error=reason)
         return True
+
+    def job_facts(self, job_id: str) -> dict[str, Any] | None:
+        row = self._t.jobs.get(job_id)
+        return {name: copy.deepcopy(getattr(row, name)) for name in JOB_FACTS} if row else None
+
+    def worker_facts(self, worker_id: str) -> dict[str, Any] | None:
+        row = self._t.workers.get(worker_id)
+        return {name: copy.deepcopy(getattr(row, name)) for name in WORKER_FACTS} if row else None
 
     def add_event(
         self,

@@ -92,31 +92,32 @@ class WebhookOutbox:
     ) -> None:
         if not self._live:
             return
-        job = repos.jobs.get(job_id)
+        job = repos.webhooks.job_facts(job_id)
         if job is None:
             return
-        worker = repos.workers.get(job.worker_id) if job.worker_id else None
-        final = _numeric(metrics) or _numeric(job.progress)
+        worker = repos.webhooks.worker_facts(job["worker_id"]) if job["worker_id"] else None
+        final = _numeric(metrics) or _numeric(job["progress"])
         finished = kind in FINISHED_JOB_EVENTS
         checkpoints = len(repos.artifacts.checkpoints(job_id)) if finished else 0
+        labels = dict(worker["labels"] or {}) if worker else {}
         facts = JobFacts(
-            job_id=job.id,
-            name=job.name or job.config_name,
-            state=job.state,
-            user_name=job.user_name,
-            team_name=job.team_name,
-            worker_id=job.worker_id,
-            worker_name=worker.name if worker else None,
-            worker_labels=dict(worker.labels) if worker else {},
-            attempt=job.attempts,
-            submitted_at=job.submitted_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            error=job.error,
+            job_id=job["id"],
+            name=job["name"] or job["config_name"],
+            state=job["state"],
+            user_name=job["user_name"],
+            team_name=job["team_name"],
+            worker_id=job["worker_id"],
+            worker_name=worker["name"] if worker else None,
+            worker_labels=labels,
+            attempt=job["attempts"],
+            submitted_at=job["submitted_at"],
+            started_at=job["started_at"],
+            finished_at=job["finished_at"],
+            error=job["error"],
             metrics=final,
             checkpoints=checkpoints,
         )
-        scope = Scope(job.user_name, job.team_name, facts.worker_labels)
+        scope = Scope(facts.user_name, facts.team_name, labels)
         body = job_body(kind, facts, self.base_url, detail or {})
         self._stage(repos, kind, body, scope)
 
@@ -125,11 +126,17 @@ class WebhookOutbox:
     ) -> None:
         if not self._live:
             return
-        row = repos.workers.get(worker_id)
+        row = repos.webhooks.worker_facts(worker_id)
         if row is None:
             return
         facts = WorkerFacts(
-            row.id, row.name, row.state, dict(row.labels), row.gpu_count, row.gpu_name, reason
+            row["id"],
+            row["name"],
+            row["state"],
+            dict(row["labels"] or {}),
+            row["gpu_count"],
+            row["gpu_name"],
+            reason,
         )
         scope = Scope(worker_labels=facts.labels)
         self._stage(repos, kind, worker_body(facts, self.base_url), scope)
@@ -202,8 +209,8 @@ PREEMPTED_OUTCOME = "preempted"
 def job_events_of(audit_kind: str, repos: Repos, job_id: str) -> list[str]:
     """The webhook events an audited job step makes (read in its transaction)."""
     if audit_kind == "job.submitted":
-        job = repos.jobs.get(job_id)
-        held = job is not None and job.state == "pending_approval"
+        job = repos.webhooks.job_facts(job_id)
+        held = job is not None and job["state"] == "pending_approval"
         return ["job.submitted", "approval.required"] if held else ["job.submitted"]
     if audit_kind == "job.approved":
         return ["approval.granted"]
@@ -217,8 +224,8 @@ def job_events_of(audit_kind: str, repos: Repos, job_id: str) -> list[str]:
         preempted = last is not None and last.outcome == PREEMPTED_OUTCOME
         return ["job.preempted"] if preempted else ["job.retried"]
     if audit_kind == "job.cancelled":
-        job = repos.jobs.get(job_id)
-        rejected = job is not None and (job.error or "").startswith(REJECTED_PREFIX)
+        job = repos.webhooks.job_facts(job_id)
+        rejected = job is not None and (job["error"] or "").startswith(REJECTED_PREFIX)
         return ["approval.rejected", "job.cancelled"] if rejected else ["job.cancelled"]
     if audit_kind in ("job.completed", "job.failed"):
         return [audit_kind]
