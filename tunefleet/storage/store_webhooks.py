@@ -20,9 +20,10 @@ from tunefleet.storage.models import (
     WebhookEvent,
     WebhookSubscription,
     Worker,
+    database_proxy,
 )
 from tunefleet.storage.rows import first_of, inserted, rows_of
-from tunefleet.storage.statements import insert_row, select_where
+from tunefleet.storage.statements import execute_planned, insert_row, select_where
 from tunefleet.storage.store_base import Connector, Now, page
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
@@ -136,6 +137,40 @@ def _one(model: type[pw.Model], columns: tuple[str, ...], key: str) -> dict[str,
     }
 
 
+_DELIVERY_COLUMNS = (
+    "delivery_id",
+    "event_id",
+    "subscription_id",
+    "state",
+    "attempts",
+    "next_at",
+    "created_at",
+)
+_MULTI_INSERT: dict[tuple[type, int], str] = {}
+
+
+def _insert_deliveries(event_pk: int, subscription_ids: Sequence[int], at: float) -> None:
+    """One pending delivery per subscription in ONE statement, its SQL built once per
+    count: it runs in a job step's commit, where each statement is a round trip on
+    PostgreSQL and peewee building an INSERT costs more than running it."""
+    db = database_proxy.obj
+    if db is None:
+        raise AttributeError("storage statements only run on the database thread")
+    key = (type(db), len(subscription_ids))
+    sql = _MULTI_INSERT.get(key)
+    if sql is None:
+        quote = db.quote
+        columns = ", ".join(f"{quote[0]}{c}{quote[1]}" for c in _DELIVERY_COLUMNS)
+        row = "(" + ", ".join([db.param] * len(_DELIVERY_COLUMNS)) + ")"
+        values = ", ".join([row] * len(subscription_ids))
+        table = f"{quote[0]}{WebhookDelivery._meta.table_name}{quote[1]}"
+        sql = _MULTI_INSERT[key] = f"INSERT INTO {table} ({columns}) VALUES {values}"
+    params: list[Any] = []
+    for sub_id in subscription_ids:
+        params += [new_delivery_id(), event_pk, sub_id, PENDING, 0, at, at]
+    execute_planned(db, sql, params)
+
+
 class WebhookRepo:
     def __init__(self, now: Now) -> None:
         self._now = now
@@ -201,19 +236,8 @@ class WebhookRepo:
         """The event and one pending delivery per subscription; the event's row id."""
         values = {"event_id": event_id, "kind": kind, "body": dict(body), "created_at": at}
         row_id = int(insert_row(WebhookEvent, values)["id"])
-        for sub_id in subscription_ids:  # cached INSERTs: this runs in a job step's commit
-            insert_row(
-                WebhookDelivery,
-                {
-                    "delivery_id": new_delivery_id(),
-                    "event": row_id,
-                    "subscription": sub_id,
-                    "state": PENDING,
-                    "attempts": 0,
-                    "next_at": at,
-                    "created_at": at,
-                },
-            )
+        if subscription_ids:
+            _insert_deliveries(row_id, subscription_ids, at)
         return row_id
 
     def due(
