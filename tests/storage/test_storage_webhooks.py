@@ -97,4 +97,5 @@ async def test_webhook_rows_keep_one_contract_on_every_backend(db: Database) -> 
         "pending",
     )
     assert (worker["name"], worker["labels"], missing) == ("gpu-1", {"p": "x"}, None)
+    assert (job["worker_name"], job["worker_labels"]) == ("gpu-1", {"p": "x"})
     assert stored["pruned"] == (1, 1, [])  # two's failed deliveries, by their age

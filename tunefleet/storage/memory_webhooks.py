@@ -77,7 +77,13 @@ class MemoryWebhookRepo(WebhookRepo):
 
     def job_facts(self, job_id: str) -> dict[str, Any] | None:
         row = self._t.jobs.get(job_id)
-        return {name: copy.deepcopy(getattr(row, name)) for name in JOB_FACTS} if row else None
+        if row is None:
+            return None
+        facts = {name: copy.deepcopy(getattr(row, name)) for name in JOB_FACTS}
+        worker = self._t.workers.get(row.worker_id) if row.worker_id else None
+        facts["worker_name"] = worker.name if worker else None
+        facts["worker_labels"] = dict(worker.labels) if worker else {}
+        return facts
 
     def worker_facts(self, worker_id: str) -> dict[str, Any] | None:
         row = self._t.workers.get(worker_id)

@@ -147,6 +147,7 @@ _DELIVERY_COLUMNS = (
     "created_at",
 )
 _MULTI_INSERT: dict[tuple[type, int], str] = {}
+_JOB_FACTS_SQL: dict[type, str] = {}
 
 
 def _insert_deliveries(event_pk: int, subscription_ids: Sequence[int], at: float) -> None:
@@ -216,10 +217,34 @@ class WebhookRepo:
     # --- the outbox ---------------------------------------------------------------------
 
     def job_facts(self, job_id: str) -> dict[str, Any] | None:
-        """The job's columns an event tells (JOB_FACTS), by cached SQL: this runs in a
-        job step's commit, and peewee building a whole row's SELECT cost more than the
-        rest of the event together."""
-        return _one(Job, JOB_FACTS, job_id)
+        """The job's columns an event tells (JOB_FACTS) and its worker's name and labels
+        (``worker_name``, ``worker_labels``), in one cached SELECT: this runs in a job
+        step's commit, where peewee building a whole row's SELECT cost more than the
+        rest of the event together, and each query is a round trip on PostgreSQL."""
+        db = database_proxy.obj
+        if db is None:
+            raise AttributeError("storage statements only run on the database thread")
+        sql = _JOB_FACTS_SQL.get(type(db))
+        if sql is None:
+            q = db.quote
+            names = ", ".join(f"j.{q[0]}{Job._meta.fields[c].column_name}{q[1]}" for c in JOB_FACTS)
+            sql = _JOB_FACTS_SQL[type(db)] = (
+                f"SELECT {names}, w.{q[0]}name{q[1]}, w.{q[0]}labels{q[1]} "
+                f"FROM {q[0]}job{q[1]} j LEFT JOIN {q[0]}worker{q[1]} w "
+                f"ON w.{q[0]}id{q[1]} = j.{q[0]}worker_id{q[1]} WHERE j.{q[0]}id{q[1]} = {db.param}"
+            )
+        found = execute_planned(db, sql, [job_id]).fetchone()
+        if found is None:
+            return None
+        fields = Job._meta.fields
+        facts = {
+            name: fields[name].python_value(value) if value is not None else None
+            for name, value in zip(JOB_FACTS, found, strict=False)
+        }
+        labels = found[len(JOB_FACTS) + 1]
+        facts["worker_name"] = found[len(JOB_FACTS)]
+        facts["worker_labels"] = Worker.labels.python_value(labels) if labels else {}
+        return facts
 
     def worker_facts(self, worker_id: str) -> dict[str, Any] | None:
         return _one(Worker, WORKER_FACTS, worker_id)

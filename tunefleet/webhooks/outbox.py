@@ -95,11 +95,10 @@ class WebhookOutbox:
         job = repos.webhooks.job_facts(job_id)
         if job is None:
             return
-        worker = repos.webhooks.worker_facts(job["worker_id"]) if job["worker_id"] else None
         final = _numeric(metrics) or _numeric(job["progress"])
         finished = kind in FINISHED_JOB_EVENTS
         checkpoints = len(repos.artifacts.checkpoints(job_id)) if finished else 0
-        labels = dict(worker["labels"] or {}) if worker else {}
+        labels = dict(job["worker_labels"] or {})
         facts = JobFacts(
             job_id=job["id"],
             name=job["name"] or job["config_name"],
@@ -107,7 +106,7 @@ class WebhookOutbox:
             user_name=job["user_name"],
             team_name=job["team_name"],
             worker_id=job["worker_id"],
-            worker_name=worker["name"] if worker else None,
+            worker_name=job["worker_name"],
             worker_labels=labels,
             attempt=job["attempts"],
             submitted_at=job["submitted_at"],
