@@ -60,3 +60,12 @@ def test_a_stored_output_is_listed_and_downloaded_with_its_checksum(
     assert (tmp_path / "one" / "final" / "model.safetensors").read_bytes() == DATA
     missing = tf("jobs", "download", job_id, "nope.bin", "-o", str(tmp_path))
     assert missing.exit_code == 1 and "has no artifact nope.bin" in missing.output
+    # A download cut off midway left its .part: the next one continues it (a Range
+    # request) and ends with the whole file, checksum checked.
+    resumed = tmp_path / "resumed" / "final"
+    resumed.mkdir(parents=True)
+    (resumed / "model.safetensors.part").write_bytes(DATA[:1000])
+    again = tf("jobs", "download", job_id, "-o", str(tmp_path / "resumed"), "--quiet")
+    assert again.exit_code == 0, again.output
+    assert (resumed / "model.safetensors").read_bytes() == DATA
+    assert not (resumed / "model.safetensors.part").exists()

@@ -14,22 +14,24 @@ import pytest
 from rich.console import Console
 
 from tunefleet.cli import follow
-from tunefleet.cli.client import (
-    ApiRefused,
-    Connection,
-    ConnectionProblem,
-    ExitCode,
-    StreamFailed,
-    Unreachable,
-    _query,
-    status_error,
-)
+from tunefleet.cli.exit_codes import ExitCode, exit_code_of
 from tunefleet.cli.follow import JobWatch, RateMeter, follow_job, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, final_line, render, state_line
 from tunefleet.cli.jobs import attempts_text
-from tunefleet.cli.local_config import LocalConfigError, resolve
 from tunefleet.cli.main import cli
 from tunefleet.cli.output import STATUS_STYLES, duration, no_match, relative_time
+from tunefleet.client.errors import (
+    CLI_SPELLING,
+    ApiError,
+    Forbidden,
+    NotFound,
+    StreamFailed,
+    Unavailable,
+    Unreachable,
+    status_error,
+)
+from tunefleet.client.local_config import LocalConfigError, resolve
+from tunefleet.client.transport import query
 from tunefleet.fsm import JobState, WorkerState
 from tunefleet.protocol.sse import SseEvent
 
@@ -328,24 +330,27 @@ async def test_a_feed_that_closes_early_falls_back_to_polling(fast_polls: None) 
 
 
 def test_status_errors_become_messages_and_exit_codes() -> None:
-    anonymous, with_token = Connection(), Connection(token="tf_x")
-    assert "No API token" in str(status_error(anonymous, 401, "Missing"))
-    assert "rejected the API token (HTTP 401)" in str(status_error(with_token, 401, "Missing"))
-    denied = status_error(with_token, 403, "Permission denied: queue.admin (another's job)")
-    assert isinstance(denied, ConnectionProblem) and denied.exit_code == ExitCode.CONNECTION
+    def error(token: str | None, status: int, detail: str) -> ApiError:
+        return status_error("http://o:8001", token, status, detail, CLI_SPELLING)
+
+    assert "No API token: pass --token" in str(error(None, 401, "Missing"))
+    assert "rejected the API token (HTTP 401)" in str(error("tf_x", 401, "Missing"))
+    denied = error("tf_x", 403, "Permission denied: queue.admin (another's job)")
+    assert isinstance(denied, Forbidden) and exit_code_of(denied) == ExitCode.CONNECTION
     assert "--permission queue.admin" in str(denied)
-    starting = status_error(with_token, 503, "starting")
-    assert isinstance(starting, Unreachable) and starting.exit_code == 4
-    missing = status_error(with_token, 404, "Job not found: j_1")
-    assert isinstance(missing, ApiRefused) and missing.exit_code == ExitCode.FAILED
+    starting = error("tf_x", 503, "starting")
+    assert isinstance(starting, Unavailable) and isinstance(starting, Unreachable)
+    assert exit_code_of(starting) == 4
+    missing = error("tf_x", 404, "Job not found: j_1")
+    assert isinstance(missing, NotFound) and exit_code_of(missing) == ExitCode.FAILED
     assert str(missing) == "Job not found: j_1 (HTTP 404)"
 
 
 def test_query_drops_unset_values_and_repeats_lists() -> None:
-    assert _query({"a": None, "b": True, "c": [1, None, "x"], "d": 0}) == [
+    assert query({"a": None, "b": True, "c": [1, None, "x"], "d": 0}) == [
         ("b", "true"), ("c", "1"), ("c", "x"), ("d", "0"),
     ]  # fmt: skip
-    assert _query(None) is None
+    assert query(None) is None
 
 
 def test_the_status_choices_are_the_lifecycle_states() -> None:

@@ -1,4 +1,5 @@
-"""The rooms' import rule: the agent, the CLI and the actors know nothing of the HTTP room.
+"""The rooms' import rule: the agent, the CLI, the Python client and the actors know
+nothing of the HTTP room.
 
 The agent and the CLI talk to the orchestrator only through the wire (tunefleet/protocol/),
 and the actors are driven by messages, not requests; so none of them imports
@@ -15,7 +16,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tunefleet"
 FORBIDDEN = "tunefleet.http"
-CHECKED_ROOMS = ("agent", "cli", "actors")
+CHECKED_ROOMS = ("agent", "cli", "actors", "client")
 # `tunefleet server` starts the orchestrator: the CLI's composition root, the one place
 # outside http/ that must reach into it (run_server, ServerOptions).
 COMPOSITION_ROOTS = frozenset({"cli/server.py"})

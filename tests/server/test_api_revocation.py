@@ -7,7 +7,10 @@ when the stream opened.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 from tests.server.protocol import EventStream
 from tunefleet.http.principal_streams import (
@@ -104,3 +107,40 @@ async def test_an_unknown_token_id_ends_nothing(server: Any) -> None:
     job_id = (await server.submit(target="worker"))["job_id"]
     assert (await feed.expect("job")).data["job_id"] == job_id
     feed.close()
+
+
+async def test_a_revoked_tokens_download_under_way_is_cut(server: Any) -> None:
+    """A long artifact download is a stream like the others: before, it ran to its end
+    after the token that started it was revoked."""
+    worker = await server.connected_worker()
+    submitted = await server.submit(target="worker")
+    event = await worker.take_job()
+    size = 16 * 1024 * 1024
+    put = await server.client.put(
+        f"{urlsplit(event['upload_endpoint']).path}/outputs/model.bin",
+        data=b"m" * size,
+        headers={"X-Upload-Token": event["upload_token"]},
+    )
+    assert put.status == 200, await put.text()
+    created = await _token(server, "downloader")
+
+    # A client that reads slowly (a small receive buffer), so the download is under way.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (server.client.host, server.client.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    path = f"/api/queue/{submitted['job_id']}/artifacts/model.bin"
+    bearer = f"Authorization: Bearer {created['token']}"
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n{bearer}\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    received = len(await reader.read(64 * 1024))
+
+    await server.ok("DELETE", f"/api/admin/tokens/{created['id']}")
+    while chunk := await asyncio.wait_for(reader.read(1024 * 1024), timeout=10):
+        received += len(chunk)
+    writer.close()
+    assert received < size  # cut: the rest was never sent
+    streams = server.app[PRINCIPAL_STREAMS_KEY]
+    assert streams.held_by(api_token_owner(created["id"])) == 0

@@ -8,10 +8,10 @@ from typing import Any
 import click
 
 from tunefleet.approval_rules import CONDITIONS
-from tunefleet.cli.client import Connection
-from tunefleet.cli.follow import job_path
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import NONE, print_json, print_table, relative_time
+from tunefleet.client.connection import Connection
+from tunefleet.client.operations import job_path
 
 RULES_PATH = "/api/admin/approval-rules"
 ROLES = ("viewer", "researcher", "lead", "admin")

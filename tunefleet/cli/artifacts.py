@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
 import click
 from rich.progress import (
@@ -17,10 +15,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from tunefleet.cli.client import ApiClient, CliError, Connection
-from tunefleet.cli.follow import job_path
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import console, print_json, print_table, relative_time
+from tunefleet.client import operations as ops
+from tunefleet.client.connection import Connection
+from tunefleet.client.transport import Transport
 
 
 def _size(n: int) -> str:
@@ -38,7 +37,7 @@ def _size(n: int) -> str:
 @connection_options
 def artifacts(conn: Connection, job_id: str, as_json: bool) -> None:
     """List a job's stored outputs and checkpoints (GET /api/queue/ID/artifacts)."""
-    data = call(conn, lambda api: api.get(job_path(job_id, "/artifacts")))
+    data = call(conn, lambda api: ops.list_artifacts(api, job_id))
     if as_json:
         print_json(data)
         return
@@ -73,15 +72,9 @@ def artifacts(conn: Connection, job_id: str, as_json: bool) -> None:
 def download(conn: Connection, job_id: str, key: str | None, to_dir: Path, quiet: bool) -> None:
     """Download one stored output (KEY), or all of them, checking each SHA-256."""
 
-    async def action(api: ApiClient) -> list[str]:
-        listing = await api.get(job_path(job_id, "/artifacts"))
-        items: list[dict[str, Any]] = listing["artifacts"]
-        if key is not None:
-            items = [a for a in items if a["key"] == key]
-            if not items:
-                raise CliError(f"{job_id} has no artifact {key}; see `tunefleet jobs artifacts`")
-        if not items:
-            raise CliError(f"{job_id} has no stored artifacts")
+    async def action(api: Transport) -> list[str]:
+        listing = await ops.list_artifacts(api, job_id)
+        items = ops.select_artifacts(job_id, listing, None if key is None else [key])
         written = []
         with Progress(
             TextColumn("{task.description}"),
@@ -92,17 +85,11 @@ def download(conn: Connection, job_id: str, key: str | None, to_dir: Path, quiet
             disable=quiet,
         ) as bar:
             for item in items:
-                dest = to_dir.joinpath(*item["key"].split("/"))
                 task = bar.add_task(item["key"], total=item["size"])
-                path = job_path(job_id, "/artifacts/" + quote(item["key"]))
-                size, sha256 = await api.download(path, dest, partial(bar.advance, task))
-                if item["sha256"] and sha256 != item["sha256"]:
-                    dest.unlink(missing_ok=True)
-                    raise CliError(
-                        f"{item['key']} arrived with SHA-256 {sha256}, but it was stored with "
-                        f"{item['sha256']}; deleted it, download again"
-                    )
-                written.append(f"{dest} ({_size(size)}, sha256 {sha256[:12]})")
+                done = await ops.download_artifact(
+                    api, job_id, item, to_dir, partial(bar.advance, task)
+                )
+                written.append(f"{done.path} ({_size(done.size)}, sha256 {done.sha256[:12]})")
         return written
 
     for line in call(conn, action):

@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 
-from tunefleet.cli.client import Connection, ExitCode
+from tunefleet.cli.exit_codes import ExitCode
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import NONE, print_json, print_table, relative_time
+from tunefleet.client.connection import Connection
 
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|min|h|d)", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86_400}

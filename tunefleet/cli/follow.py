@@ -14,16 +14,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import quote
 
-from tunefleet.cli.client import (
-    ApiClient,
-    CliError,
-    ExitCode,
-    StreamFailed,
-    Unreachable,
-    event_data,
-)
+from tunefleet.cli.exit_codes import ExitCode
+from tunefleet.client.errors import ClientError, StreamFailed, Unreachable
+from tunefleet.client.operations import job_path
+from tunefleet.client.transport import Transport, event_data
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 
 POLL_INTERVAL_S = 1.0
@@ -38,10 +33,6 @@ def outcome_exit_code(status: str) -> ExitCode:
     if status == JobState.COMPLETED:
         return ExitCode.OK
     return ExitCode.CANCELLED if status == JobState.CANCELLED else ExitCode.FAILED
-
-
-def job_path(job_id: str, tail: str = "") -> str:
-    return f"/api/queue/{quote(job_id, safe='')}{tail}"
 
 
 class RateMeter:
@@ -141,7 +132,7 @@ class Reporter(Protocol):
     def log_line(self, watch: JobWatch, line: dict[str, Any]) -> None: ...
 
 
-async def follow_job(api: ApiClient, job_id: str, reporter: Reporter, logs: bool) -> dict[str, Any]:
+async def follow_job(api: Transport, job_id: str, reporter: Reporter, logs: bool) -> dict[str, Any]:
     """Follow until the job ends; returns its final detail (``GET /api/queue/{id}``)."""
     watch = JobWatch(job_id)
     detail = await api.get(job_path(job_id))
@@ -164,17 +155,17 @@ async def follow_job(api: ApiClient, job_id: str, reporter: Reporter, logs: bool
     return final
 
 
-async def _follow_state(api: ApiClient, watch: JobWatch, reporter: Reporter) -> None:
+async def _follow_state(api: Transport, watch: JobWatch, reporter: Reporter) -> None:
     try:
         await _from_events(api, watch, reporter)
-    except CliError as error:
+    except ClientError as error:
         watch.note = f"polling every {POLL_INTERVAL_S:g} s: the event stream failed ({error})"
         reporter.update(watch)
     if not watch.terminal:
         await _poll(api, watch, reporter)
 
 
-async def _from_events(api: ApiClient, watch: JobWatch, reporter: Reporter) -> None:
+async def _from_events(api: Transport, watch: JobWatch, reporter: Reporter) -> None:
     """Until the job ends; returns early (to polling) if the feed overflows or closes."""
     async with api.stream("/api/events", read_timeout_s=_STREAM_READ_S) as events:
         async for event in events:
@@ -196,7 +187,7 @@ async def _from_events(api: ApiClient, watch: JobWatch, reporter: Reporter) -> N
     raise StreamFailed("the orchestrator closed the event stream")
 
 
-async def _poll(api: ApiClient, watch: JobWatch, reporter: Reporter) -> None:
+async def _poll(api: Transport, watch: JobWatch, reporter: Reporter) -> None:
     failing_since: float | None = None
     while not watch.terminal:
         await asyncio.sleep(POLL_INTERVAL_S)
@@ -218,7 +209,7 @@ async def _poll(api: ApiClient, watch: JobWatch, reporter: Reporter) -> None:
 
 
 async def stream_logs(
-    api: ApiClient, job_id: str, on_line: Callable[[dict[str, Any]], None]
+    api: Transport, job_id: str, on_line: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any] | None:
     """Every log line, then new ones as they come, until the job ends: returns the
     ``end`` event's data (``status``, ``error``), or None if the stream ended early."""
@@ -233,13 +224,13 @@ async def stream_logs(
     return None
 
 
-async def _follow_logs(api: ApiClient, watch: JobWatch, reporter: Reporter) -> None:
+async def _follow_logs(api: Transport, watch: JobWatch, reporter: Reporter) -> None:
     def on_line(line: dict[str, Any]) -> None:
         watch.log_tail.append(str(line.get("line", "")))
         reporter.log_line(watch, line)
 
     try:
         await stream_logs(api, watch.job_id, on_line)
-    except CliError as error:
+    except ClientError as error:
         watch.log_tail.append(f"[log stream stopped: {error}]")
         reporter.update(watch)

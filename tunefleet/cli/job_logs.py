@@ -3,37 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import click
 
-from tunefleet.cli.client import ApiClient, Connection, StreamFailed
-from tunefleet.cli.follow import job_path, outcome_exit_code, stream_logs
+from tunefleet.cli.follow import outcome_exit_code, stream_logs
 from tunefleet.cli.options import call, connection_options, json_option
+from tunefleet.client.connection import Connection
+from tunefleet.client.errors import StreamFailed
+from tunefleet.client.operations import job_path, read_logs
+from tunefleet.client.transport import Transport
 from tunefleet.fsm.job import TERMINAL_JOB_STATES
 from tunefleet.protocol.fields import LogStream
 
-PAGE = 5000  # the API's largest page
-MAX_PAGES = 10_000  # 50 million lines: a bound, not a limit anyone should meet
 
-
-async def read_all(
-    api: ApiClient, job_id: str, attempt: int | None, stream: str | None
-) -> list[dict[str, Any]]:
-    """Every stored line, page by page (``next_seq`` says where the next page starts)."""
-    lines: list[dict[str, Any]] = []
-    from_seq = 0
-    for _ in range(MAX_PAGES):
-        params = {"from_seq": from_seq, "limit": PAGE, "attempt": attempt, "stream": stream}
-        page = await api.get(job_path(job_id, "/logs"), params)
-        lines.extend(page["lines"])
-        if page["next_seq"] <= from_seq:
-            break
-        from_seq = page["next_seq"]
-    return lines
-
-
-def _echo_line(line: dict[str, Any], as_json: bool) -> None:
+def _echo_line(line: Mapping[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(line, ensure_ascii=False))
     elif line.get("stream") == "stderr":
@@ -63,7 +48,7 @@ def logs(
     they come, and exit with the job's outcome (0 completed, 1 failed, 3 cancelled);
     --json then prints one JSON object per line."""
     if not follow:
-        lines = call(conn, lambda api: read_all(api, job_id, attempt, stream))
+        lines = call(conn, lambda api: read_logs(api, job_id, attempt, stream))
         if as_json:
             click.echo(json.dumps({"job_id": job_id, "lines": lines}, indent=2))
             return
@@ -78,7 +63,7 @@ def logs(
             return
         _echo_line(line, as_json)
 
-    async def action(api: ApiClient) -> dict[str, Any]:
+    async def action(api: Transport) -> dict[str, Any]:
         end = await stream_logs(api, job_id, on_line)
         if end is not None:
             return end

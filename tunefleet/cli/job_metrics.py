@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
-from tunefleet.cli.client import ApiClient, Connection
-from tunefleet.cli.follow import job_path
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import print_table
+from tunefleet.client.connection import Connection
+from tunefleet.client.operations import read_metrics
 from tunefleet.metric_table import csv_columns, in_step_order, metrics_csv_pieces
-
-PAGE = 10_000  # the API's largest page
-MAX_PAGES = 1000  # a bound: the history itself is bounded per attempt
-
-
-async def read_all(api: ApiClient, job_id: str, attempt: int | None) -> list[dict[str, Any]]:
-    """Every stored point, page by page (``next_since`` says where the next starts)."""
-    points: list[dict[str, Any]] = []
-    since = 0
-    for _ in range(MAX_PAGES):
-        params = {"since": since, "limit": PAGE, "attempt": attempt}
-        page = await api.get(job_path(job_id, "/metrics"), params)
-        points.extend(page["points"])
-        if page["next_since"] <= since or len(page["points"]) < PAGE:
-            break
-        since = page["next_since"]
-    return points
 
 
 @click.command("metrics")
@@ -42,7 +24,7 @@ def metrics(
 ) -> None:
     """Print a job's metric history (GET /api/queue/ID/metrics): one line per reported
     step and attempt, loss first. Long runs are thinned evenly by the orchestrator."""
-    points = call(conn, lambda api: read_all(api, job_id, attempt))
+    points = call(conn, lambda api: read_metrics(api, job_id, attempt))
     if as_json:
         click.echo(json.dumps({"job_id": job_id, "points": points}, indent=2))
         return

@@ -11,12 +11,10 @@ import click
 
 from tunefleet.cli.approvals import approve, reject
 from tunefleet.cli.artifacts import artifacts, download
-from tunefleet.cli.client import ApiClient, Connection
-from tunefleet.cli.follow import follow_job, job_path, outcome_exit_code
+from tunefleet.cli.follow import follow_job, outcome_exit_code
 from tunefleet.cli.follow_view import LineReporter, LiveReporter, QuietReporter, final_line
 from tunefleet.cli.job_logs import logs
 from tunefleet.cli.job_metrics import metrics
-from tunefleet.cli.local_config import LocalConfigError, resolve
 from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
 from tunefleet.cli.output import (
     NONE,
@@ -32,6 +30,10 @@ from tunefleet.cli.output import (
     relative_time,
     status_text,
 )
+from tunefleet.client.connection import Connection
+from tunefleet.client.local_config import LocalConfigError, resolve
+from tunefleet.client.operations import job_path
+from tunefleet.client.transport import Transport
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 
 JOB_STATUSES = tuple(state.value for state in JobState)
@@ -115,7 +117,7 @@ def follow_and_exit(
     out = console()
     followed: dict[str, str] = {}
 
-    async def action(api: ApiClient) -> dict[str, Any]:
+    async def action(api: Transport) -> dict[str, Any]:
         target = job_id
         if submit is not None:
             data = await api.post("/api/queue/submit", submit)

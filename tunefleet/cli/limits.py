@@ -8,10 +8,10 @@ from urllib.parse import quote
 
 import click
 
-from tunefleet.cli.client import Connection
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import NONE, print_fields, print_json, print_table
 from tunefleet.cli.users import teams
+from tunefleet.client.connection import Connection
 
 _LIMIT = click.IntRange(min=0)
 

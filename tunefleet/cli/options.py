@@ -12,37 +12,34 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import urlsplit
 
 import click
 
-from tunefleet.cli.client import (
-    DEFAULT_URL,
+from tunefleet import __version__
+from tunefleet.cli.exit_codes import ExitCode, exit_code_of
+from tunefleet.client.connection import DEFAULT_URL, Connection, check_urls
+from tunefleet.client.errors import (
+    CLI_SPELLING,
     ENV_CA_CERT,
     ENV_SSL_NO_VERIFY,
     ENV_TOKEN,
     ENV_URL,
-    ApiClient,
-    CliError,
-    Connection,
-    ExitCode,
+    ClientError,
+    SettingsError,
 )
+from tunefleet.client.transport import Transport
 
 T = TypeVar("T")
+USER_AGENT = f"tunefleet-cli/{__version__}"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _check_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """One URL, or several separated by commas (an active orchestrator and its standbys)."""
-    urls = [part.strip() for part in value.split(",")]
-    for url in urls:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise click.BadParameter(
-                f"{url!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL}; several "
-                "orchestrators: URL1,URL2)"
-            )
-    return ",".join(urls)
+    try:
+        return check_urls(value)
+    except SettingsError as error:
+        raise click.BadParameter(str(error)) from None
 
 
 def connection_options(func: F) -> F:
@@ -108,7 +105,7 @@ def fail(message: str, code: ExitCode) -> NoReturn:
 
 def call(
     conn: Connection,
-    action: Callable[[ApiClient], Awaitable[T]],
+    action: Callable[[Transport], Awaitable[T]],
     *,
     interrupted: Callable[[], str | None] | None = None,
 ) -> T:
@@ -116,13 +113,13 @@ def call(
     after printing what ``interrupted`` says (e.g. that the job goes on)."""
 
     async def main() -> T:
-        async with ApiClient(conn) as api:
+        async with Transport(conn, CLI_SPELLING, user_agent=USER_AGENT) as api:
             return await action(api)
 
     try:
         return asyncio.run(main())
-    except CliError as error:
-        fail(str(error), error.exit_code)
+    except ClientError as error:
+        fail(str(error), exit_code_of(error))
     except KeyboardInterrupt:
         message = interrupted() if interrupted is not None else None
         if message:

@@ -6,9 +6,10 @@ from urllib.parse import quote
 
 import click
 
-from tunefleet.cli.client import ENV_TOKEN, Connection
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import print_json, print_line, print_table, relative_time
+from tunefleet.client.connection import Connection
+from tunefleet.client.errors import ENV_TOKEN
 
 # The orchestrator's permissions (docs/api.md); the server checks them too.
 PERMISSIONS = (

@@ -10,10 +10,10 @@ from urllib.parse import quote
 
 import click
 
-from tunefleet.cli.client import Connection
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import print_fields, print_json, print_table, relative_time
 from tunefleet.cli.users import teams
+from tunefleet.client.connection import Connection
 from tunefleet.csv_cells import safe_row
 
 

@@ -8,9 +8,9 @@ from urllib.parse import quote
 
 import click
 
-from tunefleet.cli.client import Connection
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import NONE, print_fields, print_json, print_table, relative_time
+from tunefleet.client.connection import Connection
 
 # The orchestrator's roles and separate grants (docs/users-and-teams.md).
 ROLES = ("viewer", "researcher", "lead", "admin")

@@ -9,7 +9,6 @@ import click
 from rich.text import Text
 
 from tunefleet.actors.delete_advice import CLI_FORCE, refused_delete_advice
-from tunefleet.cli.client import ApiClient, ApiRefused, CliError, Connection
 from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
 from tunefleet.cli.output import (
     NONE,
@@ -24,6 +23,9 @@ from tunefleet.cli.output import (
     relative_time,
     status_text,
 )
+from tunefleet.client.connection import Connection
+from tunefleet.client.errors import ApiError
+from tunefleet.client.transport import Transport
 from tunefleet.fsm.worker import WorkerState
 
 WORKER_STATUSES = tuple(state.value for state in WorkerState)
@@ -217,7 +219,7 @@ def rotate_token(conn: Connection, worker_id: str, as_json: bool) -> None:
     _print_token(data, f"New token for {worker_id}; the old one no longer works.")
 
 
-async def _refusal_with_cli_advice(api: ApiClient, worker_id: str, refused: ApiRefused) -> CliError:
+async def _refusal_with_cli_advice(api: Transport, worker_id: str, refused: ApiError) -> ApiError:
     """The orchestrator's 409 advises ``?force=true``; say the same with ``--force``."""
     if refused.status != 409:
         return refused
@@ -231,7 +233,7 @@ async def _refusal_with_cli_advice(api: ApiClient, worker_id: str, refused: ApiR
         worker.get("current_job_id"),
         CLI_FORCE,
     )
-    return ApiRefused(refused.status, advice)
+    return type(refused)(refused.status, advice)
 
 
 @workers.command("delete")
@@ -251,10 +253,10 @@ def delete_worker(conn: Connection, worker_id: str, force: bool, yes: bool, as_j
             what += f" and requeue its job {worker['current_job_id']}"
         click.confirm(f"Delete {what}?", abort=True)
 
-    async def delete(api: ApiClient) -> Any:
+    async def delete(api: Transport) -> Any:
         try:
             return await api.delete(_path(worker_id), {"force": "true" if force else None})
-        except ApiRefused as refused:
+        except ApiError as refused:
             raise await _refusal_with_cli_advice(api, worker_id, refused) from None
 
     data = call(conn, delete)

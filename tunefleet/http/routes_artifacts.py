@@ -12,19 +12,28 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from aiohttp import HttpVersion11, web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.web_request import BaseRequest
 from pydantic import BaseModel, Field
 
 from tunefleet.artifacts.keys import check_key, check_prefix, is_manifest
 from tunefleet.artifacts.service import MAX_MANIFEST_BYTES, Artifacts, UploadDenied, UploadScope
 from tunefleet.artifacts.store import MAX_PARTS, PART_BYTES, Checks
 from tunefleet.http import keys
-from tunefleet.http.auth import admit_credential, credential_good, refuse_credential
+from tunefleet.http.auth import (
+    ApiPrincipal,
+    admit_credential,
+    credential_good,
+    refuse_credential,
+)
 from tunefleet.http.body import parse_body, read_body
 from tunefleet.http.byte_ranges import refuse_unsatisfiable
 from tunefleet.http.errors import ApiError, error_response
+from tunefleet.http.principal_streams import held_stream
 from tunefleet.http.route_table import check_disk, routes
 from tunefleet.http.tokens import hash_token
 from tunefleet.storage.store_artifacts import ArtifactRow
@@ -253,12 +262,39 @@ async def stored_row(artifacts: Artifacts, job_id: str, key: str) -> ArtifactRow
     return row
 
 
+class HeldFileResponse(web.FileResponse):
+    """A file sent while its principal's credential holds (http/principal_streams.py):
+    revoking the token or disabling its user cuts a download under way, as it ends an
+    event feed. Before, a download ran to its end after the revoke."""
+
+    def __init__(self, path: Path, principal: ApiPrincipal, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self._principal = principal
+
+    async def prepare(self, request: BaseRequest) -> AbstractStreamWriter | None:
+        def cut() -> None:
+            if request.transport is not None:
+                request.transport.abort()
+
+        assert isinstance(request, web.Request)
+        with held_stream(request, self._principal, cut) as held:
+            if held.ended:  # revoked between the lookup and now
+                cut()
+                return None
+            return await super().prepare(request)
+
+
 async def serve_object(
-    request: web.Request, artifacts: Artifacts, job_id: str, key: str, actor: str
+    request: web.Request,
+    artifacts: Artifacts,
+    job_id: str,
+    key: str,
+    actor: str,
+    principal: ApiPrincipal | None = None,
 ) -> web.StreamResponse:
     """The bytes of a stored object (HTTP Range through FileResponse; 416 for a range no
     byte satisfies, which is no download), or a redirect to a presigned URL when a bucket
-    holds it."""
+    holds it. With ``principal`` the bytes are sent only while its credential holds."""
     row = await stored_row(artifacts, job_id, key)
     store = artifacts.store
     if store.presigns:
@@ -273,4 +309,6 @@ async def serve_object(
     headers = {"Content-Type": "application/octet-stream"}
     if row.sha256:
         headers["X-Artifact-SHA256"] = row.sha256
+    if principal is not None:
+        return HeldFileResponse(path, principal, headers=headers)
     return web.FileResponse(path, headers=headers)

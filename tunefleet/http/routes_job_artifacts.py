@@ -89,7 +89,8 @@ async def download_job_artifact(request: web.Request) -> web.StreamResponse:
     await visible_job(request, job_id)
     artifacts = artifacts_of(request)
     if redirect:
-        return await serve_object(request, artifacts, job_id, key, actor_name(request))
+        principal = principal_of(request)
+        return await serve_object(request, artifacts, job_id, key, actor_name(request), principal)
     return web.json_response(await _download_link(request, artifacts, job_id, key))
 
 

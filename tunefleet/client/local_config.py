@@ -1,4 +1,5 @@
-"""`jobs submit CONFIG`: a config name on the orchestrator, or a local file sent inline.
+"""What to submit: a config name on the orchestrator, or a local file sent inline
+(`tunefleet jobs submit CONFIG`, ``Client.submit(Path(...))``).
 
 A local file is ``.json``, ``.toml``, ``.yaml`` or ``.yml``, or a folder in SimpleTuner's
 layout (``<folder>/config.json`` with ``multidatabackend.json`` beside it, which is sent
@@ -15,13 +16,13 @@ from typing import Any
 
 import yaml
 
-from tunefleet.errors import TunefleetError
+from tunefleet.client.errors import ClientError
 
 SUFFIXES = (".json", ".toml", ".yaml", ".yml")
 DATALOADER_FILE = "multidatabackend.json"
 
 
-class LocalConfigError(TunefleetError):
+class LocalConfigError(ClientError, ValueError):
     """The local configuration cannot be read; the message names the file and why."""
 
 
@@ -43,9 +44,12 @@ class SubmitSource:
         return body
 
 
-def resolve(config: str) -> SubmitSource:
+def resolve(config: str | Path) -> SubmitSource:
     """A local path when one exists (or CONFIG looks like one), else a config name."""
     path = Path(config).expanduser()
+    if isinstance(config, Path) and not path.exists():
+        raise LocalConfigError(f"{config}: no such file or folder")
+    config = str(config)
     if path.is_dir():
         for suffix in SUFFIXES:
             candidate = path / f"config{suffix}"
