@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from tunefleet.cli.client import Connection
 from tunefleet.cli.options import call, connection_options, json_option
 from tunefleet.cli.output import NONE, print_json, print_table, relative_time
+from tunefleet.client.connection import Connection
 from tunefleet.webhooks.events import EVENT_KINDS
 
 PATH = "/api/admin/webhooks"
