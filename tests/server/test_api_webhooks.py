@@ -19,6 +19,7 @@ from tests.server.conftest import Server, ServerMaker
 from tests.server.protocol import eventually
 from tests.server.usage_testkit import T, record_attempt
 from tests.server.users_testkit import submit_as, three_people
+from tunefleet.http.routes_webhooks import MAX_OWN_SUBSCRIPTIONS, MAX_SUBSCRIPTIONS
 from tunefleet.storage.models import WebhookDelivery, WebhookEvent
 from tunefleet.webhooks.events import WORKER_EVENTS
 from tunefleet.webhooks.signing import verify
@@ -269,3 +270,19 @@ async def test_workers_coming_and_going_and_quarantined_are_events(server: Serve
     ]
     quarantined = (await _events(server))[-1][1]["data"]
     assert (quarantined["name"], quarantined["reason"]) == ("gpu-1", "ECC errors")
+
+
+async def test_subscriptions_are_bounded(server: Server) -> None:
+    people = await three_people(server)
+    body = {"url": "https://hooks.example.com/x", "events": ["job.completed"]}
+    for _ in range(MAX_OWN_SUBSCRIPTIONS):
+        assert (await server.post(HOOKS, body, people.alice)).status == 200
+    refused = await server.post(HOOKS, body, people.alice)
+    assert refused.status == 409
+    assert "remove one first" in (await refused.json())["detail"]
+    for _ in range(MAX_SUBSCRIPTIONS - MAX_OWN_SUBSCRIPTIONS):
+        await server.ok("POST", HOOKS, body)
+    full = await server.post(HOOKS, body)
+    assert (
+        full.status == 409 and "the most this orchestrator keeps" in (await full.json())["detail"]
+    )

@@ -38,6 +38,10 @@ from tunefleet.webhooks.events import EVENT_KINDS, USER_EVENT_KINDS
 from tunefleet.webhooks.signing import masked, new_secret
 
 _NOT_FOUND = {404: "No such webhook (or not yours)"}
+# Every event is written once per subscription that wants it, in the job step's commit:
+# subscriptions are bounded so no one can make every step write thousands of rows.
+MAX_OWN_SUBSCRIPTIONS = 10  # a user's own, without admin.webhooks
+MAX_SUBSCRIPTIONS = 100
 
 
 def subscription_view(row: WebhookSubscriptionRow) -> dict[str, Any]:
@@ -133,7 +137,11 @@ def _checked_events(wanted: list[str] | None, principal: ApiPrincipal) -> list[s
     request=CreateWebhookRequest,
     response=WebhookCreated,
     auth="api",
-    errors={400: "Bad URL, unknown event", 403: "Events only admin.webhooks may have"},
+    errors={
+        400: "Bad URL, unknown event",
+        403: "Events only admin.webhooks may have",
+        409: "Too many webhooks (10 a user, 100 in all)",
+    },
 )
 async def create_webhook(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, CreateWebhookRequest)
@@ -144,6 +152,20 @@ async def create_webhook(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
     events = _checked_events(body.events, principal)
     owner = None if _manages_all(principal) else principal.user
+    store = request.app[keys.STORE]
+    existing = await store.webhooks.subscriptions()
+    if len(existing) >= MAX_SUBSCRIPTIONS:
+        raise ApiError(
+            409,
+            f"there are {len(existing)} webhooks, the most this orchestrator keeps; remove "
+            "one first (tunefleet webhooks remove ID)",
+        )
+    if owner is not None and sum(r.owner == owner for r in existing) >= MAX_OWN_SUBSCRIPTIONS:
+        raise ApiError(
+            409,
+            f"you have {MAX_OWN_SUBSCRIPTIONS} webhooks, the most a user keeps; remove one "
+            "first (tunefleet webhooks remove ID)",
+        )
     secret = body.secret or new_secret()
     values = {
         "url": body.url,
@@ -156,7 +178,6 @@ async def create_webhook(request: web.Request) -> web.StreamResponse:
         "owner": owner,
         "created_by": principal.user or principal.name,
     }
-    store = request.app[keys.STORE]
     row = await store.webhooks.add_subscription(values)
     await _reload(request)
     await request.app[keys.AUDIT].record(
