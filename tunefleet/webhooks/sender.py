@@ -15,6 +15,7 @@ import contextlib
 import json
 import random
 import socket
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -22,8 +23,7 @@ from typing import Any, Final
 
 import aiohttp
 import structlog
-from aiohttp.abc import ResolveResult
-from aiohttp.resolver import ThreadedResolver
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from tunefleet.storage.store import Store
 from tunefleet.storage.store_webhooks import AttemptResult, DueDelivery
@@ -59,23 +59,63 @@ class RefusedAddress(OSError):
     """A name resolved to an address webhooks may not reach (SSRF, DNS rebinding)."""
 
 
-class GuardedResolver(ThreadedResolver):
-    """Resolves as usual, then refuses the connection if any address is forbidden, so a
-    public name that re-resolves to 127.0.0.1 or the metadata address is never reached."""
+class GuardedResolver(AbstractResolver):
+    """Resolves a name, then refuses the connection if any address is forbidden, so a
+    public name that re-resolves to 127.0.0.1 or the metadata address is never reached.
+
+    Each lookup runs on a daemon thread of its own, not the loop's default executor: a
+    lookup the DNS never answers (a sandbox, an outage) then holds up neither the
+    orchestrator's shutdown nor anything else using that executor."""
 
     def __init__(self, *, allow_private: bool) -> None:
-        super().__init__()
         self._allow_private = allow_private
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
-        found = await super().resolve(host, port, family)
-        for entry in found:
-            why = address_refusal(entry["host"], allow_private=self._allow_private)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[list[Any]] = loop.create_future()
+
+        def look_up() -> None:
+            try:
+                found: Any = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+                ok = True
+            except OSError as error:
+                found, ok = error, False
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(_settle_lookup, answer, ok, found)
+
+        threading.Thread(target=look_up, name="webhook-dns", daemon=True).start()
+        results: list[ResolveResult] = []
+        for fam, _type, proto, _name, address in await answer:
+            why = address_refusal(str(address[0]), allow_private=self._allow_private)
             if why is not None:
                 raise RefusedAddress(f"{host} resolves to {why}")
-        return found
+            results.append(
+                ResolveResult(
+                    hostname=host,
+                    host=str(address[0]),
+                    port=int(address[1]),
+                    family=fam,
+                    proto=proto,
+                    flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV,
+                )
+            )
+        if not results:
+            raise OSError(f"no address for {host}")
+        return results
+
+    async def close(self) -> None:
+        return None
+
+
+def _settle_lookup(answer: asyncio.Future[list[Any]], ok: bool, found: Any) -> None:
+    if answer.done():  # the attempt was abandoned (stopped, timed out)
+        return
+    if ok:
+        answer.set_result(found)
+    else:
+        answer.set_exception(found)
 
 
 def request_body(due: DueDelivery) -> bytes:
