@@ -47,6 +47,7 @@ BENCHMARKS: tuple[str, ...] = (
     "yardstick",
     "abuse",
     "preemption",
+    "webhooks",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -14,6 +14,7 @@ from tunefleet.cli.server import server
 from tunefleet.cli.tokens import tokens
 from tunefleet.cli.usage import usage
 from tunefleet.cli.users import teams, users
+from tunefleet.cli.webhooks import webhooks
 from tunefleet.cli.worker import worker
 from tunefleet.cli.workers import workers
 
@@ -36,6 +37,7 @@ cli.add_command(queue)
 cli.add_command(audit)
 cli.add_command(usage)
 cli.add_command(approvals)
+cli.add_command(webhooks)
 
 
 def main() -> None:

@@ -367,6 +367,14 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     "/var/tmp/tunefleet-local-runner, with -<uid> after it when not root).",
 )
 @click.option(
+    "--webhooks-allow-private",
+    is_flag=True,
+    envvar="TUNEFLEET_WEBHOOKS_ALLOW_PRIVATE",
+    help="Let webhooks target loopback, link-local and private addresses (a receiver on "
+    "this machine or the LAN); by default they are refused (SSRF). The cloud metadata "
+    "address stays refused.",
+)
+@click.option(
     "--local-runner-unisolated",
     is_flag=True,
     help="Run every local job as the orchestrator's own user, able to read its data "

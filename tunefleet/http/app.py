@@ -52,6 +52,9 @@ from tunefleet.storage.leadership import DEFAULT_LEASE_S
 from tunefleet.storage.process_lock import lock_sqlite_database
 from tunefleet.storage.store import Store
 from tunefleet.storage.urls import parse_database_url
+from tunefleet.webhooks.events import TAKEOVER
+from tunefleet.webhooks.outbox import WebhookOutbox
+from tunefleet.webhooks.sender import WebhookSender
 
 log = structlog.get_logger(__name__)
 
@@ -101,6 +104,7 @@ class ServerOptions:
     log_format: str = "console"
     verbose: bool = False
     leader_lease: float = DEFAULT_LEASE_S
+    webhooks_allow_private: bool = False
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -218,6 +222,7 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
         watched.append(Path(config.sqlite_path).parent)
     app[keys.DISK_GUARD] = DiskGuard(options.limits.min_free_disk, watched)
     app[keys.STORE] = Store(db, now=app[keys.CLOCK].time)
+    app[keys.WEBHOOKS] = WebhookOutbox(options.public_url, now=app[keys.CLOCK].time)
     try:
         yield
     finally:
@@ -256,10 +261,19 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
 
 
 class _RunningFleet:
-    def __init__(self, fleet: Fleet, runner: LocalRunner | None, audit: AuditLog, probe: GpuProbe):
+    def __init__(
+        self,
+        fleet: Fleet,
+        runner: LocalRunner | None,
+        audit: AuditLog,
+        probe: GpuProbe,
+        sender: WebhookSender,
+    ):
         self.fleet, self.runner, self.audit, self.probe = fleet, runner, audit, probe
+        self.sender = sender
 
     async def stop(self) -> None:
+        await self.sender.stop()
         if self.runner is not None:
             await self.runner.stop()
         await self.fleet.stop()
@@ -289,8 +303,17 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
         audit,
         options.keep_checkpoints,
     )
+    outbox = app[keys.WEBHOOKS]
+    outbox.reload(await store.webhooks.subscriptions())
     fleet = build_fleet(
-        store, clock, settings, audit, metrics=metrics, hub=hub, artifacts=artifacts
+        store,
+        clock,
+        settings,
+        audit,
+        metrics=metrics,
+        hub=hub,
+        artifacts=artifacts,
+        webhooks=outbox,
     )
     artifacts.start_tidying()
     app[keys.ARTIFACTS] = artifacts
@@ -318,7 +341,17 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
         await runner.start()
     admin_token = await ensure_admin_token(store, options.admin_token)
     app[keys.BANNER] = startup_banner(options, admin_token, isolation)
-    return _RunningFleet(fleet, runner, audit, probe)
+    # Only the active orchestrator sends: from here on, whatever is undelivered.
+    sender = WebhookSender(
+        store, outbox, allow_private=options.webhooks_allow_private, now=clock.time
+    )
+    leadership = app[keys.LEADERSHIP]
+    if leadership.elected and outbox.active:
+        data = {"url": options.public_url, "term": leadership.term}
+        await store.atomically(lambda repos: outbox.stage_plain(repos, TAKEOVER, data))
+    sender.start()
+    app[keys.WEBHOOK_SENDER] = sender
+    return _RunningFleet(fleet, runner, audit, probe, sender)
 
 
 async def _close_streams(app: web.Application) -> None:

@@ -22,6 +22,7 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_quotas,
     routes_usage,
     routes_users,
+    routes_webhooks,
     routes_workers,
     ui,
 )

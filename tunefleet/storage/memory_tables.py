@@ -71,6 +71,11 @@ class Tables:
     concurrency: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
     team_limits: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
     team_quotas: dict[str, TeamQuota] = field(default_factory=dict)  # by team name
+    # store_webhooks' tables (memory_webhooks.py).
+    webhook_subscriptions: dict[int, Any] = field(default_factory=dict)
+    webhook_events: dict[int, Any] = field(default_factory=dict)
+    webhook_deliveries: dict[int, Any] = field(default_factory=dict)
+    webhook_attempts: dict[int, Any] = field(default_factory=dict)
     last_ids: dict[str, int] = field(default_factory=dict)
 
     def next_id(self, table: str) -> int:

@@ -491,3 +491,84 @@ class ApprovalRule(BaseModel):
 
     class Meta:
         table_name = "approval_rule"
+
+
+class WebhookSubscription(BaseModel):
+    """Added by migration 15 (issue 27): where events are sent. The secret is kept as
+    given (the server signs with it), shown once, masked everywhere after."""
+
+    id = pw.AutoField()
+    url = pw.TextField()
+    secret = pw.TextField()
+    events = JsonField(default=list)
+    team_name = pw.TextField(null=True)
+    user_name = pw.TextField(null=True)
+    worker_labels = JsonField(default=dict)
+    format = pw.CharField(max_length=8, default="json")
+    # A user's own subscription (no admin.webhooks): only that user's jobs' events.
+    owner = pw.TextField(null=True)
+    created_by = pw.TextField()
+    created_at = pw.DoubleField()
+    disabled_at = pw.DoubleField(null=True)
+    disabled_reason = pw.TextField(null=True)
+
+    class Meta:
+        table_name = "webhook_subscription"
+
+
+class WebhookEvent(BaseModel):
+    """The outbox: one row per event, written in the transaction of its change."""
+
+    id = pw.BigAutoField()
+    event_id = pw.CharField(max_length=64, unique=True)
+    kind = pw.CharField(max_length=32)
+    body = JsonField()
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "webhook_event"
+
+
+class WebhookDelivery(BaseModel):
+    """One event to one subscription; ``delivery_id`` is the idempotency id a receiver
+    sees on every attempt (X-Tunefleet-Delivery)."""
+
+    id = pw.BigAutoField()
+    delivery_id = pw.CharField(max_length=64, unique=True)
+    event = pw.BigIntegerField(column_name="event_id")
+    subscription = pw.IntegerField(column_name="subscription_id")
+    state = pw.CharField(max_length=16, default="pending")
+    attempts = pw.IntegerField(default=0)
+    next_at = pw.DoubleField()
+    created_at = pw.DoubleField()
+    last_status = pw.IntegerField(null=True)
+    last_error = pw.TextField(null=True)
+    last_latency_ms = pw.DoubleField(null=True)
+    delivered_at = pw.DoubleField(null=True)
+
+    class Meta:
+        table_name = "webhook_delivery"
+        indexes = ((("state", "next_at"), False), (("subscription", "id"), False))
+
+
+class WebhookAttempt(BaseModel):
+    """The delivery log: each attempt's answer and how long it took."""
+
+    id = pw.BigAutoField()
+    delivery = pw.BigIntegerField(column_name="delivery_id", index=True)
+    at = pw.DoubleField()
+    status_code = pw.IntegerField(null=True)
+    latency_ms = pw.DoubleField()
+    error = pw.TextField(null=True)
+
+    class Meta:
+        table_name = "webhook_attempt"
+
+
+WEBHOOK_MODELS: tuple[type[BaseModel], ...] = (
+    WebhookSubscription,
+    WebhookEvent,
+    WebhookDelivery,
+    WebhookAttempt,
+)
+ALL_MODELS += WEBHOOK_MODELS
