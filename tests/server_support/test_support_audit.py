@@ -120,6 +120,10 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "webhook.deleted",
         "webhook.enabled",
         "webhook.redelivered",
+        "job.preempted",
+        "team.quota_set",
+        "team.quota_cleared",
+        "queue.reclaim",
     }
 
 
