@@ -27,6 +27,7 @@ BENCHMARKS: tuple[str, ...] = (
     "actor_cost",
     "scheduler_plan",
     "tenancy_pass",
+    "fairshare",
     "domain_actor_cost",
     "commit_path",
     "cycle_cpu",
@@ -47,6 +48,7 @@ BENCHMARKS: tuple[str, ...] = (
     "abuse",
     "blackhole",
     "preemption",
+    "webhooks",
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

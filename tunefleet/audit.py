@@ -101,6 +101,14 @@ class AuditKind(StrEnum):
     BUDGET_WARNING = "budget.warning"
     TEAM_LIMITS_SET = "team.limits_set"
     QUEUE_CONCURRENCY_SET = "queue.concurrency_set"
+    TEAM_QUOTA_SET = "team.quota_set"
+    TEAM_QUOTA_CLEARED = "team.quota_cleared"
+    QUEUE_RECLAIM = "queue.reclaim"
+    # Webhook subscriptions (issue 27): the URL and events, never the secret.
+    WEBHOOK_CREATED = "webhook.created"
+    WEBHOOK_DELETED = "webhook.deleted"
+    WEBHOOK_ENABLED = "webhook.enabled"
+    WEBHOOK_REDELIVERED = "webhook.redelivered"
 
 
 _KINDS = frozenset(kind.value for kind in AuditKind)

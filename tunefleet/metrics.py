@@ -108,6 +108,15 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.reclaims = Counter(
+            "reclaims",
+            "Jobs the scheduler chose to preempt, by the victim's team: to reclaim GPUs it "
+            "borrowed for a team below its quota, or (priority preemption) for a "
+            "higher-priority job of its own team.",
+            ["team"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.jobs_finished = Counter(
             "jobs_finished",
             "Jobs that reached a terminal state, by outcome.",

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, make_mocked_request
 
 from tunefleet.http.auth import (
     ADMIN_USERS,
+    ADMIN_WEBHOOKS,
     ADMIN_WORKERS,
     ALL_PERMISSIONS,
     API_TOKEN_AS_WORKER,
@@ -361,8 +362,9 @@ def test_permission_names() -> None:
     )
     assert set(ALL_PERMISSIONS) == {
         ADMIN_WORKERS, QUEUE_SUBMIT, QUEUE_ADMIN, AUDIT_READ, QUEUE_COMMAND, QUEUE_LOCAL,
-        ADMIN_USERS, QUEUE_APPROVE, USAGE_READ,
+        ADMIN_USERS, QUEUE_APPROVE, USAGE_READ, ADMIN_WEBHOOKS,
     }  # fmt: skip
+    assert ADMIN_WEBHOOKS == "admin.webhooks"
 
 
 def test_a_token_grants_only_what_it_holds() -> None:

@@ -399,7 +399,8 @@ def test_unknown_fields_in_bodies_people_write_are_refused_naming_the_closest(
          "permissions: must have at most 16 items"),
         (CreateApiTokenRequest, {"name": "ci", "permissions": ["root"]},
          "permissions[0]: must be 'admin.workers', 'queue.submit', 'queue.admin', 'audit.read', "
-         "'queue.command', 'queue.local', 'admin.users', 'queue.approve' or 'usage.read'"),
+         "'queue.command', 'queue.local', 'admin.users', 'queue.approve', 'usage.read' or "
+         "'admin.webhooks'"),
         (SubmitJobRequest, {}, "config_name: required; send config_name (a named configuration) "
                                "or config (an inline object)"),
         (SubmitJobRequest, {"config_name": "a", "config": {}},

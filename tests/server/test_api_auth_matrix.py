@@ -48,6 +48,8 @@ class Fixture:
             .replace("{job_id}", self.job_id)
             .replace("{token_id}", self.token_id)
             .replace("{rule_id}", "1")
+            .replace("{webhook_id}", "1")
+            .replace("{delivery_id}", "d_none")
             .replace("{bucket}", "outputs")
             .replace("{key:.+}", "model.bin")
             .replace("{name}", "default" if "/teams/" in spec.path else "admin")

@@ -116,6 +116,14 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "approval_rule.deleted",
         "job.approved",
         "job.rejected",
+        "webhook.created",
+        "webhook.deleted",
+        "webhook.enabled",
+        "webhook.redelivered",
+        "job.preempted",
+        "team.quota_set",
+        "team.quota_cleared",
+        "queue.reclaim",
     }
 
 

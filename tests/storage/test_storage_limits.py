@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tunefleet.actors.fair_share import TeamQuota
 from tunefleet.actors.tenancy_limits import ConcurrencyLimits, TeamLimits
 from tunefleet.storage.errors import Missing
 from tunefleet.storage.memory import memory_store
@@ -38,3 +39,27 @@ async def test_an_unknown_team_is_refused_and_changes_nothing(either: Store) -> 
     with pytest.raises(Missing, match="unknown team: ghost"):
         await either.limits.set_team_limits("ghost", 1, 1)
     assert await either.limits.limits() == ConcurrencyLimits()
+
+
+async def test_team_quotas_are_kept_replaced_and_cleared(either: Store) -> None:
+    """Issue 25: a quota per team (in all and per flavor glob), weight, borrowing limit;
+    setting nothing at all clears it."""
+    await either.users.create_team("nlp")
+    await either.users.create_team("vision")
+    assert await either.limits.quotas() == {}
+    quota = TeamQuota(8, {"*H100*": 4, "*A100*": 8}, 2.0, 4)
+    await either.limits.set_quota("nlp", quota)
+    await either.limits.set_quota("vision", TeamQuota(weight=0.5))
+    kept = await either.limits.quotas()
+    assert kept == {"nlp": quota, "vision": TeamQuota(weight=0.5)}
+    assert list(kept["nlp"].flavors) == ["*A100*", "*H100*"]  # sorted: order decides flavor
+    await either.limits.set_quota("nlp", TeamQuota(gpus=2))
+    assert (await either.limits.quotas())["nlp"] == TeamQuota(gpus=2)
+    await either.limits.set_quota("nlp", TeamQuota())
+    assert await either.limits.quotas() == {"vision": TeamQuota(weight=0.5)}
+
+
+async def test_a_quota_for_an_unknown_team_is_refused(either: Store) -> None:
+    with pytest.raises(Missing, match="unknown team: ghost"):
+        await either.limits.set_quota("ghost", TeamQuota(gpus=1))
+    assert await either.limits.quotas() == {}

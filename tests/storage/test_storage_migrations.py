@@ -145,13 +145,15 @@ async def test_version_1_database_is_upgraded_with_its_data(db_target: DbTarget)
         admin = await store.api_token_by_hash("a" * 64)
         ci = await store.api_token_by_hash("c" * 64)
         assert admin is not None and ci is not None
-        # Version 10 then adds the permissions of users' administration, approval and usage.
-        assert admin.permissions[-5:] == [
+        # Version 10 then adds the permissions of users' administration, approval and usage,
+        # and version 15 webhooks'.
+        assert admin.permissions[-6:] == [
             "queue.command",
             "queue.local",
             "admin.users",
             "queue.approve",
             "usage.read",
+            "admin.webhooks",
         ]
         assert ci.permissions == ["queue.submit"]
         # Version 10: every token and job belongs to the user admin, in the team default.

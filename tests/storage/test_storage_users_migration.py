@@ -68,6 +68,7 @@ async def test_a_release_8_database_keeps_everything_and_gains_its_owner(tmp_pat
                     "admin.users",
                     "queue.approve",
                     "usage.read",
+                    "admin.webhooks",  # migration 16, to tokens holding everything
                 ]
         by_name = {t.name: t for t in tokens}
         assert by_name["ci"].permissions == ["queue.submit"]

@@ -62,7 +62,8 @@ def orchestrator(
     orch = Orchestrator(
         tmp_path_factory.mktemp("ui-data"),
         ui_configs,
-        extra_args=["--auth-failures-per-window", "100000"],
+        # Its webhooks test's receiver is on 127.0.0.1.
+        extra_args=["--auth-failures-per-window", "100000", "--webhooks-allow-private"],
     ).start()
     yield orch
     # Not stop(): a clean stop waits out the shutdown timeout (10 s) while a closed page's

@@ -169,3 +169,39 @@ def test_a_person_changes_their_password_and_the_page_stays_signed_in(
     # Not an admin: the rest of the page says which permission it needs.
     page.get_by_text("admin.users").first.wait_for()
     assert problems.unexpected() == []
+
+
+def test_an_admin_sets_a_teams_quota_on_the_users_page(
+    page: Any, orchestrator: Orchestrator, problems: PageProblems
+) -> None:
+    """Issue 25: the team's quota, weight and borrowing limit, set and cleared; a flavor
+    no worker matches is accepted and said."""
+    orchestrator.request(
+        "POST", "/api/admin/users", {"name": "ui-quota", "role": "admin", "teams": ["default"]}
+    )
+    orchestrator.request("POST", "/api/admin/users/ui-quota/password", {"password": PASSWORD})
+    orchestrator.request("POST", "/api/admin/teams", {"name": "ui-nlp"})
+    _sign_in_with_password(page, orchestrator, "ui-quota")
+    page.goto(f"{orchestrator.url}/#/users")
+    team = page.locator("#teams-table tr[data-team='ui-nlp']")
+    team.get_by_label("GPU quota of ui-nlp").fill("4")
+    team.get_by_label("Flavor quotas of ui-nlp").fill("*B300*=2")
+    team.get_by_label("Weight of ui-nlp").fill("2")
+    team.get_by_role("button", name="Set quota").click()
+    page.get_by_text("Set the quota of ui-nlp.").wait_for()
+    page.get_by_text("flavor '*B300*' matches no worker").first.wait_for()
+    team = page.locator("#teams-table tr[data-team='ui-nlp']")
+    team.get_by_text("4 GPUs; *B300*=2; weight 2").wait_for()
+    shares = orchestrator.request("GET", "/api/queue/stats")["fair_share"]
+    assert shares["ui-nlp"]["quota"] == {
+        "gpus": 4, "flavors": {"*B300*": 2}, "weight": 2.0, "borrow_limit": None,
+    }  # fmt: skip
+    team.get_by_label("Weight of ui-nlp").fill("0")
+    team.get_by_role("button", name="Set quota").click()
+    page.locator(".toast.error").first.wait_for()  # the server's one-line reason
+    team = page.locator("#teams-table tr[data-team='ui-nlp']")
+    team.get_by_role("button", name="Clear quota").click()
+    page.get_by_text("Cleared the quota of ui-nlp.").wait_for()
+    assert "ui-nlp" not in orchestrator.request("GET", "/api/queue/stats")["fair_share"]
+    # The 400 for weight 0 was provoked on purpose; nothing else went wrong.
+    assert [e for e in problems.unexpected() if "status of 400" not in e] == []

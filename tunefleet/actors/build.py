@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tunefleet.artifacts.service import Artifacts
     from tunefleet.audit import AuditLog
     from tunefleet.storage.store import Store
+    from tunefleet.webhooks.outbox import WebhookOutbox
 
 
 def build_fleet(
@@ -34,6 +35,7 @@ def build_fleet(
     metrics: Metrics | None = None,
     hub: EventHub | None = None,
     artifacts: Artifacts | None = None,
+    webhooks: WebhookOutbox | None = None,
 ) -> Fleet:
     """A Fleet over ``store``, not yet started: ``await fleet.start()`` builds the
     actors from storage. Without ``metrics`` or ``hub`` it gets fresh ones of its own."""
@@ -41,7 +43,7 @@ def build_fleet(
         settings=settings,
         clock=clock,
         system=ActorSystem(clock),
-        persistence=Persistence(store, audit),
+        persistence=Persistence(store, audit, webhooks),
         audit=audit,
         hub=hub if hub is not None else EventHub(),
         metrics=metrics if metrics is not None else Metrics(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tunefleet.actors.fair_share_state import FairShareSettings
 from tunefleet.actors.quarantine_policy import QuarantineRule
 from tunefleet.fsm.job import DEFAULT_INFRA_RETRIES
 from tunefleet.limits import Limits
@@ -61,6 +62,8 @@ class FleetSettings:
     # The bounds on what clients can grow (tunefleet/limits.py): log bytes per attempt and
     # the job's progress are enforced by the actors.
     limits: Limits = field(default_factory=Limits)
+    # Team quotas' standing half-life and reclaim's protection (fair_share_state.py).
+    fair_share: FairShareSettings = field(default_factory=FairShareSettings)
 
 
 @dataclass(slots=True)

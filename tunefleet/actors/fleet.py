@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import structlog
@@ -15,6 +16,8 @@ from tunefleet.actors import job_stop, preemption
 from tunefleet.actors import messages as m
 from tunefleet.actors.context import FleetContext
 from tunefleet.actors.errors import ActorError
+from tunefleet.actors.fair_share import TeamQuota, UsageLedger
+from tunefleet.actors.fair_share_state import FairShareState, Preempter
 from tunefleet.actors.job_actor import JobActor
 from tunefleet.actors.log_intake import ended_job_refusal, live_attempt
 from tunefleet.actors.records import JobRecord, WorkerRecord
@@ -29,8 +32,11 @@ from tunefleet.fsm.job import JobState
 from tunefleet.fsm.worker import WorkerState
 from tunefleet.protocol.status import TERMINAL_STATUSES
 from tunefleet.storage.log_quota import LogAppend
+from tunefleet.usage import AttemptSpan
 
 log = structlog.get_logger(__name__)
+
+AttemptSpans = Callable[[float | None, float | None], Awaitable[list[AttemptSpan]]]
 
 LOCAL_WORKER_ID = "w_local"
 
@@ -49,13 +55,18 @@ class Fleet:
         self.worker_tokens: dict[str, str] = {}  # token hash → worker id
         self._names_in_creation: set[str] = set()  # two creates of one name at once
         self.limits = ConcurrencyLimits()  # as last told to the scheduler
+        self.quotas: dict[str, TeamQuota] = {}  # likewise (fair_share.py)
+        self.fair = FairShareState(ctx.settings.fair_share)
+        self.fair.preempter = self.preempt  # a reclaim stops its victim as the API does
+        self._attempt_spans: AttemptSpans | None = None
 
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self, local_worker: WorkerRecord | None = None) -> None:
         ctx = self.ctx
         # The stored limits hold from the first pass over the restored queue.
-        ctx.scheduler = ctx.system.spawn(Scheduler(ctx, self.limits))
+        self.fair.set_quotas(self.quotas)
+        ctx.scheduler = ctx.system.spawn(Scheduler(ctx, self.limits, self.fair))
         ctx.supervisor = ctx.system.spawn(Supervisor(ctx, self._remove_worker))
         self.worker_tokens = await ctx.persistence.worker_token_hashes()
         live_jobs = await ctx.persistence.load_live_jobs()
@@ -492,6 +503,39 @@ class Fleet:
         """The scheduler goes by these from its next pass; running jobs are not touched."""
         self.limits = limits
         self.ctx.scheduler.tell(m.SetConcurrencyLimits(limits))
+
+    async def set_quotas(self, quotas: dict[str, TeamQuota]) -> None:
+        """The next passes order and reclaim by these (fair_share.py). Fair share
+        switched on (it was off: nothing was counted meanwhile) reads the usage afresh
+        from the stored attempts first."""
+        was_on = self.fair.active
+        self.quotas = quotas
+        if not was_on and any(not q.is_default for q in quotas.values()):
+            await self._read_usage()
+        self.ctx.scheduler.tell(m.SetTeamQuotas(quotas))
+
+    def set_preempter(self, preempt: Preempter | None) -> None:
+        """The one seam a reclaim stops a job through: ``preempt(job_id, reason)``."""
+        self.fair.preempter = preempt
+
+    async def load_usage(self, spans: AttemptSpans) -> None:
+        """Fair-share standing from the stored attempts (before start), when fair share
+        is on; ``spans`` is kept to read them again whenever it is switched on."""
+        self._attempt_spans = spans
+        if self.quotas or self.fair.rules.priority_preemption:
+            await self._read_usage()
+
+    async def _read_usage(self) -> None:
+        """The attempts ended within 20 half-lives (older ones count less than a
+        millionth), into a fresh ledger: those running are seen by the next pass."""
+        if self._attempt_spans is None:
+            return
+        self.fair.ledger = UsageLedger(self.fair.ledger.half_life_s)
+        since = self.ctx.clock.time() - 20 * self.fair.ledger.half_life_s
+        self.fair.load_attempts(await self._attempt_spans(since, None))
+
+    async def quota_standings(self) -> dict[str, Any]:
+        return cast(dict[str, Any], await self.ctx.scheduler.ask(m.QuotaStandings()))
 
     def fleet_gpus(self) -> int:
         """GPUs of the workers the scheduler knows now (a team limit above it is warned)."""

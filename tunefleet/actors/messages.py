@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tunefleet.actors.fair_share import TeamQuota
 from tunefleet.actors.matching import PendingJob, WorkerView
 from tunefleet.actors.tenancy_limits import ConcurrencyLimits
 from tunefleet.gpu_health import HealthSample
@@ -370,3 +372,17 @@ class SetConcurrencyLimits:
 @dataclass(frozen=True, slots=True)
 class LimitUsage:
     """Reply: the running jobs' Usage as the limits count it (tenancy_limits.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetTeamQuotas:
+    """The teams' quotas, weights and borrowing limits changed (or were loaded): the
+    next passes order and reclaim by them (fair_share.py); running jobs are not touched
+    by the change itself."""
+
+    quotas: Mapping[str, TeamQuota]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStandings:
+    """Reply: per team, its quota, GPUs held, borrowed and fair-share standing."""

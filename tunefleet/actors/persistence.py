@@ -29,6 +29,7 @@ from tunefleet.storage.log_quota import LogAppend
 from tunefleet.storage.rows import JobRow, WorkerRow
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_metrics import metric_point
+from tunefleet.webhooks.outbox import WebhookOutbox, worker_event_of
 
 T = TypeVar("T")
 
@@ -157,15 +158,21 @@ def _insert_submitted(repos: Repos, rec: JobRecord, **placed: Any) -> int:
 
 
 class Persistence:
-    def __init__(self, store: Store, audit: AuditLog | None = None) -> None:
+    def __init__(
+        self, store: Store, audit: AuditLog | None = None, webhooks: WebhookOutbox | None = None
+    ) -> None:
         """``audit`` writes the lines of the audit events stored with a step; without it
-        (tests of other steps) a step that stores an audit event is refused."""
+        (tests of other steps) a step that stores an audit event is refused. ``webhooks``:
+        the outbox each step's webhook events join, in the step's transaction."""
         self.store = store
         self._audit = audit
+        self.webhooks = webhooks if webhooks is not None else WebhookOutbox()
         self._audit_lines_wired = False
         self._beats: dict[str, WorkerRecord] = {}
         self._flush_timer: Timer | None = None
         self._flushing: set[asyncio.Future[None]] = set()
+        # A finished job's final numbers, for its webhook event (commit_end sets them).
+        self._final: dict[Any, dict[str, Any] | None] = {}
 
     async def _audited(self, fn: Callable[[Repos], T], *events: AuditEntry) -> T:
         """``fn`` and the audit rows of ``events`` (after its own rows) in one write; the
@@ -179,8 +186,14 @@ class Persistence:
             self.store.db.on_commit(audit.write_staged)
             self._audit_lines_wired = True
 
+        webhooks = self.webhooks
+
         def write(repos: Repos) -> tuple[T, list[Any]]:
             value = fn(repos)
+            if webhooks.active:  # the one cheap check when nobody subscribed
+                for event in events:
+                    target = event.fields.get("target")
+                    webhooks.stage_audited(repos, event.kind, target, self._final.get(target))
             return value, [
                 repos.audit.add(event.kind, at=event.at, **event.fields) for event in events
             ]
@@ -256,8 +269,34 @@ class Persistence:
     async def save_worker_state(
         self, worker_id: str, expected: str, state: str, **fields: Any
     ) -> bool:
-        """Compare-and-set: False when storage no longer holds ``expected``."""
-        return await self.store.cas_worker_state(worker_id, expected, state, **fields)
+        """Compare-and-set: False when storage no longer holds ``expected``. A worker
+        coming online or going offline is a webhook event, stored with the change."""
+        kind = worker_event_of(expected, state) if self.webhooks.active else None
+        if kind is None:
+            return await self.store.cas_worker_state(worker_id, expected, state, **fields)
+        webhooks = self.webhooks
+
+        def save(repos: Repos) -> bool:
+            moved = repos.workers.cas_state(worker_id, expected, state, **fields)
+            if moved:
+                webhooks.stage_worker(repos, kind, worker_id)
+            return moved
+
+        return await self.store.atomically(save)
+
+    async def note_worker_quarantined(self, worker_id: str, reason: str) -> None:
+        """The ``worker.quarantined`` webhook event (issue 27), for the quarantine to call
+        once it has stored its change; inside its own transaction, call
+        ``self.webhooks.stage_worker(repos, "worker.quarantined", worker_id, reason=...)``
+        instead, so the event commits with it."""
+        if not self.webhooks.active:
+            return
+        webhooks = self.webhooks
+        await self.store.atomically(
+            lambda repos: webhooks.stage_worker(
+                repos, "worker.quarantined", worker_id, reason=reason
+            )
+        )
 
     def heartbeat_seen(self, rec: WorkerRecord, clock: Clock) -> None:
         """Write this worker's heartbeat columns with the others of the next
@@ -398,7 +437,9 @@ class Persistence:
             repos.jobs.cas_state(job_id, JobState.DISPATCHED, JobState.RUNNING, started_at=now)
             repos.jobs.ack_attempt(job_id, attempt, started_at=now)
             repos.jobs.insert_event(job_id, "started", worker_id=worker_id, attempt=attempt, at=now)
+            webhooks.stage_job(repos, "job.started", job_id)
 
+        webhooks = self.webhooks
         await self.store.atomically(start)
 
     async def record_stop_request(
@@ -567,6 +608,8 @@ class Persistence:
             detail["kind"] = kind
         if signature is not None:
             detail["signature"] = signature
+        if self.webhooks.active:
+            self._final[job_id] = point[1] if point is not None else None
 
         def end(repos: Repos) -> None:
             if point is not None:
@@ -593,7 +636,10 @@ class Persistence:
                 at=now,
             )
 
-        await self._audited(end, event)
+        try:
+            await self._audited(end, event)
+        finally:
+            self._final.pop(job_id, None)
 
     async def job_summary(self, job_id: str) -> tuple[str, str | None, set[str]] | None:
         """(state, assigned worker, every worker that had an attempt) of a stored job."""

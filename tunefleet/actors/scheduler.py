@@ -7,10 +7,22 @@ so no ask cycle can form through it.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from tunefleet.actors import messages as m
+from tunefleet.actors.fair_plan import plan_fair
+from tunefleet.actors.fair_share import (
+    Holding,
+    Reclaim,
+    RunningJob,
+    book_of,
+    quota_hold_reason,
+)
+from tunefleet.actors.fair_share_state import FairShareState
 from tunefleet.actors.idle_workers import IdleWorkers
 from tunefleet.actors.matching import PendingJob, WorkerView, plan, unmet
 from tunefleet.actors.matching_index import SIDES, fits
@@ -25,14 +37,22 @@ from tunefleet.actors.tenancy_limits import (
     hold_reason,
 )
 from tunefleet.actors.wait_reasons import WaitReasons, wait_reason
+from tunefleet.audit import AuditKind
 from tunefleet.fsm.job import JobState
+
+log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
     from tunefleet.actors.context import FleetContext
 
 
 class Scheduler(Actor):
-    def __init__(self, ctx: FleetContext, limits: ConcurrencyLimits | None = None) -> None:
+    def __init__(
+        self,
+        ctx: FleetContext,
+        limits: ConcurrencyLimits | None = None,
+        fair: FairShareState | None = None,
+    ) -> None:
         super().__init__("scheduler")
         self.ctx = ctx
         self.pending: dict[str, PendingJob] = {}
@@ -47,6 +67,10 @@ class Scheduler(Actor):
         # job's actor has not taken it yet (still pending there) it counts against the
         # limits from here. Kept without limits too, as they may be set at any time.
         self.granted: dict[str, tuple[str, Holder]] = {}
+        # Team quotas, standing and reclaims (issue 25); inactive while no team has any.
+        self.fair = fair if fair is not None else FairShareState()
+        self._tasks: set[asyncio.Task[Any]] = set()  # reclaims being audited and told
+        self._wake_at: float | None = None  # a pass owed when a protection window ends
 
     def answer_at_once(self, message: object) -> object:
         # A new job's placement needs no await: answered in the submission's own task
@@ -85,9 +109,16 @@ class Scheduler(Actor):
                 self._schedule_pass()
             case m.LimitUsage():
                 return self.usage()
+            case m.SetTeamQuotas(quotas=quotas):
+                self.fair.set_quotas(quotas)
+                self._schedule_pass()
+            case m.QuotaStandings():
+                return self.quota_standings()
             case m.QueueNewJob(job=job):
                 self._wait(job)
                 self._run_pass()
+                if self.fair.active and job.job_id in self.pending:
+                    self._schedule_pass()  # it may call for a reclaim: a pass is owed
                 return self.place_in_queue(job.job_id)
             case m.HasWorkFor(worker=view):
                 self._run_pass()
@@ -112,6 +143,9 @@ class Scheduler(Actor):
             self.reasons.forget()
         if msg.schedulable:
             self.granted.pop(msg.worker_id, None)
+        if self.fair.active and (msg.schedulable or msg.view is None):
+            # Its job's attempt ended now: counted to this moment, not to the next pass.
+            self.fair.ledger.release_worker(msg.worker_id, self.ctx.clock.time())
         if msg.schedulable and msg.view is not None and msg.view.connected:
             self.idle.add(msg.view)
             self._schedule_pass()
@@ -129,30 +163,47 @@ class Scheduler(Actor):
             self.order.remove(job.priority, job.seq)
 
     def _schedule_pass(self) -> None:
-        if not self.pass_scheduled and self.pending and self.idle:
+        # Under quotas a waiting job may reclaim a busy worker: no idle one is needed.
+        if not self.pass_scheduled and self.pending and (self.idle or self.fair.active):
             self.pass_scheduled = True
             self.tell(m.SchedulePass())
 
     def _run_pass(self) -> None:
+        owed = self.pass_scheduled
         self.pass_scheduled = False
+        if self.fair.active:
+            # With no worker idle, only a pass owed to an event may reclaim: a question
+            # (a queue position, a wait reason) costs nothing then.
+            if self.idle or owed:
+                self._run_fair_pass()
+            return
         if not self.pending or not self.idle:
             return
-        unused = False
         # No limit set: no counting at all, the pass costs what it did before limits.
         gate = None if self.limits.unlimited else LimitGate(self.limits, self.usage())
-        jobs = [self._steered(job) if job.avoid else job for job in self.pending.values()]
-        for job_id, worker_id in plan(jobs, self.idle, gate):
+        self._dispatch(plan(self._retries_steered(), self.idle, gate))
+
+    def _dispatch(self, placements: list[tuple[str, str]]) -> None:
+        unused = False
+        for job_id, worker_id in placements:
             waiting = self.pending[job_id]
             self._unwait(job_id)
             job = self.ctx.jobs.get(job_id)
             if job is not None and job.try_tell(m.DispatchTo(worker_id)):
                 self.idle.discard(worker_id)
                 self.granted[worker_id] = (job_id, waiting.holder())
+                if self.fair.active:
+                    gpus = waiting.requirements.gpu_count
+                    now = self.ctx.clock.time()
+                    self.fair.ledger.hold(Holding(job_id, waiting.team, gpus, now, worker_id))
             else:
                 unused = True
         if unused:
             # A worker planned for a job that had just ended is still free: plan again.
             self._schedule_pass()
+
+    def _retries_steered(self) -> list[PendingJob]:
+        return [self._steered(job) if job.avoid else job for job in self.pending.values()]
 
     def _steered(self, job: PendingJob) -> PendingJob:
         """A retry keeps off the workers it failed on while another worker of the fleet
@@ -173,6 +224,106 @@ class Scheduler(Actor):
             for view in self.fleet.values()
         )
 
+    def _run_fair_pass(self) -> None:
+        """The pass under team quotas (fair_plan.py), then the reclaims its leftover
+        jobs call for (fair_share.py), handed to the preempter."""
+        if not self.pending:
+            return
+        now = self.ctx.clock.time()
+        running = self._running(now)
+        standing = self.fair.observe(running, now, self._worker_free)
+        book = book_of(self.fair.quotas, running)
+        if self.idle:
+            gate = None if self.limits.unlimited else LimitGate(self.limits, self.usage())
+            pending = self._retries_steered()
+            self._dispatch(plan_fair(pending, self.idle.values(), book, standing, gate))
+        if self.fair.may_reclaim(self.pending.values(), book):
+            waiting = sorted(
+                self.pending.values(),
+                key=lambda j: (-j.priority, standing.get(j.team, 0.0), j.seq),
+            )
+            # A quarantined worker freed by a reclaim would take no job: never reclaimed.
+            usable = {w: v for w, v in self.fleet.items() if v.quarantine_reason is None}
+            for decision in self.fair.reclaims(waiting, running, book, usable, now):
+                self._reclaim(decision, now)
+            wake = self.fair.next_unprotected(running, now)
+            if wake is not None and (self._wake_at is None or wake < self._wake_at):
+                self._wake_at = wake  # a protected borrower may be reclaimed then
+                self.ctx.clock.call_later(wake - now, self._woken)  # one timer at a time
+
+    def _worker_free(self, worker_id: str) -> bool:
+        return worker_id in self.idle or worker_id not in self.fleet
+
+    def _woken(self) -> None:
+        self._wake_at = None
+        self._schedule_pass()
+
+    def _reclaim(self, decision: Reclaim, now: float) -> None:
+        told = self.fair.started(decision, now)
+        self.ctx.metrics.reclaims.labels(team=decision.victim_team or "").inc()
+        task = asyncio.get_running_loop().create_task(self._record_reclaim(decision, told))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _record_reclaim(self, decision: Reclaim, told: Any) -> None:
+        try:
+            await self.ctx.audit.record(
+                AuditKind.QUEUE_RECLAIM,
+                actor="scheduler",
+                target=decision.victim,
+                for_job=decision.job_id,
+                team=decision.team,
+                victim_team=decision.victim_team,
+                worker_id=decision.worker_id,
+                why=decision.why,
+                preempter="wired" if self.fair.preempter is not None else "none",
+            )
+            if told is not None:
+                await told
+        except Exception as error:  # the scheduler goes on; the victim may still run
+            self.fair.failed(decision)  # the next pass an event brings may look again
+            log.warning(
+                "reclaim not recorded or not told", victim=decision.victim, error=repr(error)
+            )
+
+    def _running(self, now: float) -> list[RunningJob]:
+        """The jobs holding workers (running, dispatched, or given one by a pass), as
+        fair share sees them: team, priority, GPUs, the worker's GPU name, since when."""
+        running: list[RunningJob] = []
+        for worker_id, (job_id, holder) in list(self.granted.items()):
+            actor = self.ctx.jobs.get(job_id)
+            if actor is not None and actor.state == JobState.PENDING and job_id not in self.pending:
+                view = self.fleet.get(worker_id)
+                name = view.gpu_name if view is not None else None
+                rec = actor.rec
+                running.append(
+                    RunningJob(job_id, holder.team, rec.priority, holder.gpus, worker_id, name, now)
+                )
+        for actor in self.ctx.jobs.values():
+            if actor.state in (JobState.DISPATCHED, JobState.RUNNING):
+                rec = actor.rec
+                view = self.fleet.get(rec.worker_id or "")
+                running.append(
+                    RunningJob(
+                        rec.job_id,
+                        rec.team_name,
+                        rec.priority,
+                        rec.gpu_count,
+                        rec.worker_id or "",
+                        view.gpu_name if view is not None else None,
+                        rec.dispatched_at if rec.dispatched_at is not None else now,
+                    )
+                )
+        return running
+
+    def quota_standings(self) -> dict[str, dict[str, Any]]:
+        """Per team with a quota, GPUs held or used: quota, use, borrowed, standing.
+        Empty while fair share is off (no quota, no weight): nothing is counted then."""
+        if not self.fair.active:
+            return {}
+        now = self.ctx.clock.time()
+        return self.fair.standings_view(self._running(now), now)
+
     def place_new(self, job: PendingJob) -> str | m.MustWait | None:
         """The best idle worker for a job about to be submitted, taken for it; if none
         fits now, why it will wait. Older jobs come first: the pass they are owed runs
@@ -181,10 +332,12 @@ class Scheduler(Actor):
         that fits one). So the worker chosen here is one no pending job could take."""
         while self.pass_scheduled:
             self._run_pass()
-        if not self.limits.unlimited:
-            # Under limits a new job queues first (None: the queue decides), so the pass
+        if not self.limits.unlimited or self.fair.active:
+            # Under limits (or quotas) a new job queues first (None: the queue decides), so the pass
             # that places it counts it: a job not yet stored has no actor to count by.
-            held = hold_reason(self.limits, self.usage(), job.holder())
+            held = None
+            if not self.limits.unlimited:
+                held = hold_reason(self.limits, self.usage(), job.holder())
             return m.MustWait(held) if held is not None else None
         worker = self.idle.best_for(job.requirements.key())
         if worker is None:
@@ -211,6 +364,12 @@ class Scheduler(Actor):
     def _reason(self, job: PendingJob) -> str:
         if not self.limits.unlimited:
             held = hold_reason(self.limits, self.usage(), job.holder())
+            if held is not None:
+                return held
+        if self.fair.active:
+            running = self._running(self.ctx.clock.time())
+            book = book_of(self.fair.quotas, running)
+            held = quota_hold_reason(book, job.team, job.requirements.gpu_name)
             if held is not None:
                 return held
         excluded = self._steered(job).exclude if job.avoid else frozenset()

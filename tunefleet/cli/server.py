@@ -238,6 +238,28 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     "before the job goes back to the queue.",
 )
 @click.option(
+    "--fair-share-half-life",
+    type=click.FloatRange(min=0.01),
+    default=168.0,
+    show_default=True,
+    help="Hours after which a team's GPU-time counts half in its fair-share standing "
+    "(7 days, like Slurm's PriorityDecayHalfLife).",
+)
+@click.option(
+    "--min-runtime-before-preempt",
+    type=click.FloatRange(min=0.0),
+    default=600.0,
+    show_default=True,
+    help="Seconds a job runs before a reclaim of borrowed GPUs may preempt it; nor is a "
+    "job preempted twice within it.",
+)
+@click.option(
+    "--priority-preemption/--no-priority-preemption",
+    default=False,
+    show_default=True,
+    help="Let a team's higher-priority job preempt a lower-priority job of the same team.",
+)
+@click.option(
     "--preempt-grace",
     type=click.FloatRange(min=0.0),
     default=120.0,
@@ -372,6 +394,14 @@ def _limit_options(command: Callable[..., None]) -> Callable[..., None]:
     help="Where local jobs get their directories, outside the data directory; jobs run "
     "as the orchestrator's own user get its own-user/ folder (default: "
     "/var/tmp/tunefleet-local-runner, with -<uid> after it when not root).",
+)
+@click.option(
+    "--webhooks-allow-private",
+    is_flag=True,
+    envvar="TUNEFLEET_WEBHOOKS_ALLOW_PRIVATE",
+    help="Let webhooks target loopback, link-local and private addresses (a receiver on "
+    "this machine or the LAN); by default they are refused (SSRF). The cloud metadata "
+    "address stays refused.",
 )
 @click.option(
     "--local-runner-unisolated",

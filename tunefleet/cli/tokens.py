@@ -22,6 +22,7 @@ PERMISSIONS = (
     "admin.users",
     "queue.approve",
     "usage.read",
+    "admin.webhooks",
 )
 # What each permission lets a token do, for `tokens whoami`.
 MEANINGS = {
@@ -34,6 +35,7 @@ MEANINGS = {
     "admin.users": "create users and teams, set roles, disable users; tokens for other users",
     "queue.approve": "approve their teams' jobs (a lead's)",
     "usage.read": "read their teams' usage (a lead's)",
+    "admin.webhooks": "manage every webhook subscription (anyone may subscribe to their own jobs)",
 }
 
 

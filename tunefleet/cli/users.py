@@ -246,11 +246,29 @@ def create_team(conn: Connection, name: str, as_json: bool) -> None:
 def list_teams(conn: Connection, as_json: bool) -> None:
     """List teams with their members."""
     data = call(conn, lambda api: api.get("/api/admin/teams"))
+    # Each team's quota, GPUs held, borrowed and standing (issue 25; fair_share).
+    shares = call(conn, lambda api: api.get("/api/queue/stats")).get("fair_share", {})
     if as_json:
-        print_json(data)
+        print_json({**data, "fair_share": shares})
         return
-    rows = [[t["name"], _members_text(t)] for t in data["teams"]]
-    print_table(["TEAM", "MEMBERS"], rows, "No teams.", wrap=("MEMBERS",))
+    rows = [
+        [t["name"], *_share_cells(shares.get(t["name"])), _members_text(t)] for t in data["teams"]
+    ]
+    headers = ["TEAM", "QUOTA", "USED", "BORROWED", "STANDING", "MEMBERS"]
+    print_table(headers, rows, "No teams.", wrap=("MEMBERS",))
+
+
+def _share_cells(share: dict[str, Any] | None) -> list[str]:
+    if share is None:
+        return [NONE, "0", "0", "0"]
+    from tunefleet.cli.quotas import quota_text  # cli/quotas.py imports this module
+
+    return [
+        quota_text(share["quota"]),
+        str(share["used_gpus"]),
+        str(share["borrowed_gpus"]),
+        f"{share['standing']:.0f}",
+    ]
 
 
 @teams.command("show")

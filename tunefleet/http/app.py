@@ -18,6 +18,7 @@ from tunefleet.actors.build import build_fleet
 from tunefleet.actors.clock import Clock, RealClock
 from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.events import EventHub
+from tunefleet.actors.fair_share_state import FairShareSettings
 from tunefleet.actors.fleet import Fleet
 from tunefleet.actors.local_runner import LocalRunner, local_worker_record
 from tunefleet.actors.quarantine_policy import (
@@ -57,6 +58,9 @@ from tunefleet.storage.leadership import DEFAULT_LEASE_S
 from tunefleet.storage.process_lock import lock_sqlite_database
 from tunefleet.storage.store import Store
 from tunefleet.storage.urls import parse_database_url
+from tunefleet.webhooks.events import TAKEOVER
+from tunefleet.webhooks.outbox import WebhookOutbox
+from tunefleet.webhooks.sender import WebhookSender
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +91,10 @@ class ServerOptions:
     infra_retries: int = DEFAULT_INFRA_RETRIES
     quarantine_after: int = DEFAULT_QUARANTINE_AFTER
     quarantine_window: float = DEFAULT_QUARANTINE_WINDOW_S
+    # Fair share (issue 25): standing's half-life in hours, reclaim's protection window.
+    fair_share_half_life: float = 168.0
+    min_runtime_before_preempt: float = 600.0
+    priority_preemption: bool = False
     admin_token: str | None = None
     local_runner: bool = True
     local_train_command: str | None = None
@@ -105,6 +113,7 @@ class ServerOptions:
     log_format: str = "console"
     verbose: bool = False
     leader_lease: float = DEFAULT_LEASE_S
+    webhooks_allow_private: bool = False
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -140,6 +149,11 @@ class ServerOptions:
             local_runner=self.local_runner,
             upload_endpoint="/api/artifacts",
             limits=self.limits,
+            fair_share=FairShareSettings(
+                half_life_s=self.fair_share_half_life * 3600,
+                min_runtime_before_preempt_s=self.min_runtime_before_preempt,
+                priority_preemption=self.priority_preemption,
+            ),
         )
 
     @property
@@ -219,6 +233,7 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
         watched.append(Path(config.sqlite_path).parent)
     app[keys.DISK_GUARD] = DiskGuard(options.limits.min_free_disk, watched)
     app[keys.STORE] = Store(db, now=app[keys.CLOCK].time)
+    app[keys.WEBHOOKS] = WebhookOutbox(options.public_url, now=app[keys.CLOCK].time)
     try:
         yield
     finally:
@@ -257,10 +272,19 @@ async def _fleet(app: web.Application) -> AsyncIterator[None]:
 
 
 class _RunningFleet:
-    def __init__(self, fleet: Fleet, runner: LocalRunner | None, audit: AuditLog, probe: GpuProbe):
+    def __init__(
+        self,
+        fleet: Fleet,
+        runner: LocalRunner | None,
+        audit: AuditLog,
+        probe: GpuProbe,
+        sender: WebhookSender,
+    ):
         self.fleet, self.runner, self.audit, self.probe = fleet, runner, audit, probe
+        self.sender = sender
 
     async def stop(self) -> None:
+        await self.sender.stop()
         if self.runner is not None:
             await self.runner.stop()
         await self.fleet.stop()
@@ -290,8 +314,17 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
         audit,
         options.keep_checkpoints,
     )
+    outbox = app[keys.WEBHOOKS]
+    outbox.reload(await store.webhooks.subscriptions())
     fleet = build_fleet(
-        store, clock, settings, audit, metrics=metrics, hub=hub, artifacts=artifacts
+        store,
+        clock,
+        settings,
+        audit,
+        metrics=metrics,
+        hub=hub,
+        artifacts=artifacts,
+        webhooks=outbox,
     )
     artifacts.start_tidying()
     app[keys.ARTIFACTS] = artifacts
@@ -299,6 +332,8 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
     inventory = probe.inventory()
     local = local_worker_record(inventory, clock.time()) if settings.local_runner else None
     fleet.limits = await store.limits.limits()  # the scheduler starts under them
+    fleet.quotas = await store.limits.quotas()  # and the teams' quotas
+    await fleet.load_usage(store.usage.attempt_spans)
     await fleet.start(local_worker=local)
     app[keys.FLEET] = fleet
     app[keys.AUDIT] = audit
@@ -317,7 +352,17 @@ async def _start_fleet(app: web.Application) -> _RunningFleet:
         await runner.start()
     admin_token = await ensure_admin_token(store, options.admin_token)
     app[keys.BANNER] = startup_banner(options, admin_token, isolation)
-    return _RunningFleet(fleet, runner, audit, probe)
+    # Only the active orchestrator sends: from here on, whatever is undelivered.
+    sender = WebhookSender(
+        store, outbox, allow_private=options.webhooks_allow_private, now=clock.time
+    )
+    leadership = app[keys.LEADERSHIP]
+    if leadership.elected and outbox.active:
+        data = {"url": options.public_url, "term": leadership.term}
+        await store.atomically(lambda repos: outbox.stage_plain(repos, TAKEOVER, data))
+    sender.start()
+    app[keys.WEBHOOK_SENDER] = sender
+    return _RunningFleet(fleet, runner, audit, probe, sender)
 
 
 async def _close_streams(app: web.Application) -> None:

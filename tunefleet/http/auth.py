@@ -46,6 +46,9 @@ QUEUE_LOCAL = "queue.local"
 ADMIN_USERS = "admin.users"
 QUEUE_APPROVE = "queue.approve"
 USAGE_READ = "usage.read"
+# Webhooks (issue 27): any subscription, any event. Without it a user may still subscribe
+# to their own jobs' events (docs/webhooks.md).
+ADMIN_WEBHOOKS = "admin.webhooks"
 ALL_PERMISSIONS: tuple[str, ...] = (
     ADMIN_WORKERS,
     QUEUE_SUBMIT,
@@ -56,6 +59,7 @@ ALL_PERMISSIONS: tuple[str, ...] = (
     ADMIN_USERS,
     QUEUE_APPROVE,
     USAGE_READ,
+    ADMIN_WEBHOOKS,
 )
 PermissionName = Literal[
     "admin.workers",
@@ -67,6 +71,7 @@ PermissionName = Literal[
     "admin.users",
     "queue.approve",
     "usage.read",
+    "admin.webhooks",
 ]
 # The role whose users control the orchestrator (http/roles.py bundles every role).
 ADMIN_ROLE = "admin"

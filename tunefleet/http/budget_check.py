@@ -12,11 +12,14 @@ from tunefleet.audit import AuditKind
 from tunefleet.budgets import Budget, BudgetStanding, standing
 from tunefleet.http import keys
 from tunefleet.http.errors import ApiError
+from tunefleet.http.route_table import principal_of
 from tunefleet.storage.rows import TeamBudgetRow
-from tunefleet.storage.store import Store
+from tunefleet.storage.store import Repos, Store
 from tunefleet.usage import day_pieces
+from tunefleet.webhooks.events import Scope
 
 BUDGET_WARNING = "budget.warning"
+BUDGET_EXCEEDED = "budget.exceeded"
 
 
 def budget_of(row: TeamBudgetRow) -> Budget:
@@ -59,6 +62,7 @@ async def check_budget(request: web.Request, team: str) -> BudgetStanding | None
         return None
     found = await team_standing(store, row, request.app[keys.CLOCK].time())
     if found.verdict == "block":
+        await _note_exceeded(request, team, found)
         raise ApiError(
             403,
             f"GPU-hour budget spent: {found.message()}; submit then, or ask an admin to "
@@ -70,10 +74,33 @@ async def check_budget(request: web.Request, team: str) -> BudgetStanding | None
 async def note_budget_warning(
     request: web.Request, job_id: str, found: BudgetStanding, actor: str
 ) -> None:
-    """A job let through past its team's `warn` budget: on its timeline and in the audit."""
+    """A job let through past its team's `warn` budget: on its timeline and in the audit,
+    and a ``budget.warning`` webhook event committed with the timeline entry."""
     detail = standing_view(found)
     store = request.app[keys.STORE]
-    await store.append_job_event(job_id, BUDGET_WARNING, detail={"message": found.message()})
+    outbox = request.app.get(keys.WEBHOOKS)
+    message = found.message()
+
+    def note(repos: Repos) -> None:
+        repos.jobs.append_event(job_id, BUDGET_WARNING, detail={"message": message})
+        if outbox is not None:
+            outbox.stage_job(repos, BUDGET_WARNING, job_id, detail={**detail, "message": message})
+
+    await store.atomically(note)
     await request.app[keys.AUDIT].record(
         AuditKind.BUDGET_WARNING, actor=actor, target=job_id, **detail
+    )
+
+
+async def _note_exceeded(request: web.Request, team: str, found: BudgetStanding) -> None:
+    """A submit refused by a spent ``block`` budget: the ``budget.exceeded`` webhook event
+    (nothing else is stored for a refused submit)."""
+    outbox = request.app.get(keys.WEBHOOKS)
+    if outbox is None or not outbox.active:
+        return
+    user = principal_of(request).user or None
+    data = {**standing_view(found), "message": found.message(), "user": user}
+    scope = Scope(user_name=user, team_name=team)
+    await request.app[keys.STORE].atomically(
+        lambda repos: outbox.stage_plain(repos, BUDGET_EXCEEDED, data, scope)
     )

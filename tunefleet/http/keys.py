@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from tunefleet.metrics import Metrics
     from tunefleet.storage.database import Database
     from tunefleet.storage.store import Store
+    from tunefleet.webhooks.outbox import WebhookOutbox
+    from tunefleet.webhooks.sender import WebhookSender
 
 OPTIONS: web.AppKey[ServerOptions] = web.AppKey("options")
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
@@ -41,3 +43,6 @@ STEP_DOWN: web.AppKey[Callable[[str], None]] = web.AppKey("step_down")
 BACKGROUND: web.AppKey[set[asyncio.Task[None]]] = web.AppKey("background")
 # The free-disk floor (--min-free-disk) that bulk writes are checked against.
 DISK_GUARD: web.AppKey[DiskGuard] = web.AppKey("disk_guard")
+# The webhook outbox's writer (its subscriptions kept) and the active one's sender.
+WEBHOOKS: web.AppKey[WebhookOutbox] = web.AppKey("webhooks")
+WEBHOOK_SENDER: web.AppKey[WebhookSender] = web.AppKey("webhook_sender")

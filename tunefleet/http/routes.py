@@ -19,8 +19,10 @@ from tunefleet.http import (  # noqa: F401 - importing declares their routes
     routes_ops,
     routes_preemption,
     routes_queue,
+    routes_quotas,
     routes_usage,
     routes_users,
+    routes_webhooks,
     routes_workers,
     ui,
 )

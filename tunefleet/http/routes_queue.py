@@ -198,6 +198,11 @@ async def queue_stats(request: web.Request) -> web.StreamResponse:
             "user_max_concurrent": fleet.limits.user_max_concurrent,
             "by_user": {u: c for u, c in by_user.items() if may_see(principal, u, None)},
             "by_team": {t: c for t, c in by_team.items() if may_see(principal, None, t)},
+            "fair_share": {
+                t: v
+                for t, v in (await fleet.quota_standings()).items()
+                if may_see(principal, None, t)
+            },
         }
     )
 

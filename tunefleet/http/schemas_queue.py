@@ -27,6 +27,7 @@ from tunefleet.http.schemas_common import (
     scalars_as_text,
 )
 from tunefleet.http.schemas_limits import OwnerCounts
+from tunefleet.http.schemas_quotas import TeamStanding
 
 MAX_PAGE = 500
 MAX_METRIC_POINTS = 10_000
@@ -318,6 +319,10 @@ class QueueStatsResponse(ResponseModel):
     )
     by_team: dict[str, OwnerCounts] = Field(
         default_factory=dict, description="Live jobs per team the caller may see"
+    )
+    fair_share: dict[str, TeamStanding] = Field(
+        default_factory=dict,
+        description="Per team with a quota or GPUs held: quota, use, borrowed, standing",
     )
 
 

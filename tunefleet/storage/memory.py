@@ -25,6 +25,7 @@ from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
 from tunefleet.storage.memory_tables import MemoryDatabase
 from tunefleet.storage.memory_users import MemoryUsageRepo, MemoryUserRepo
+from tunefleet.storage.memory_webhooks import MemoryWebhookRepo
 from tunefleet.storage.migrations import FIRST_ADMIN_USER, FIRST_TEAM
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_base import Now
@@ -46,6 +47,7 @@ def memory_store(now: Now = time.time) -> Store:
         usage=MemoryUsageRepo(now, tables),
         limits=MemoryLimitRepo(now, tables),
         approval_rules=MemoryApprovalRuleRepo(now, tables),
+        webhooks=MemoryWebhookRepo(now, tables),
     )
     # What migration 10 leaves in every database: the first admin in the first team.
     repos.users.create_team(FIRST_TEAM)

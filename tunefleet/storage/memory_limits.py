@@ -3,6 +3,7 @@ its contract (same arguments, answers and errors; the contract test checks)."""
 
 from __future__ import annotations
 
+from tunefleet.actors.fair_share import TeamQuota
 from tunefleet.actors.tenancy_limits import ConcurrencyLimits, TeamLimits
 from tunefleet.storage.memory_tables import Tables
 from tunefleet.storage.store_base import Now
@@ -43,3 +44,14 @@ class MemoryLimitRepo(LimitRepo):
         else:
             self._t.team_limits.pop(row.id, None)
         return self.limits()
+
+    def quotas(self) -> dict[str, TeamQuota]:
+        return dict(sorted(self._t.team_quotas.items()))
+
+    def set_quota(self, team: str, quota: TeamQuota) -> dict[str, TeamQuota]:
+        if not any(t.name == team for t in self._t.teams.values()):
+            raise unknown_team(team)
+        self._t.team_quotas.pop(team, None)
+        if not quota.is_default:
+            self._t.team_quotas[team] = quota
+        return self.quotas()

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import peewee as pw
 
+from tunefleet.actors.fair_share import TeamQuota
 from tunefleet.storage.database import follow_up
 from tunefleet.storage.errors import DatabaseClosed
 from tunefleet.storage.rows import (
@@ -69,6 +70,12 @@ class Tables:
     # store_limits' twin: the fleet's setting row (key 1) and limits by team id.
     concurrency: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
     team_limits: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    team_quotas: dict[str, TeamQuota] = field(default_factory=dict)  # by team name
+    # store_webhooks' tables (memory_webhooks.py).
+    webhook_subscriptions: dict[int, Any] = field(default_factory=dict)
+    webhook_events: dict[int, Any] = field(default_factory=dict)
+    webhook_deliveries: dict[int, Any] = field(default_factory=dict)
+    webhook_attempts: dict[int, Any] = field(default_factory=dict)
     last_ids: dict[str, int] = field(default_factory=dict)
 
     def next_id(self, table: str) -> int:

@@ -411,9 +411,122 @@ def _approval_rules(database: pw.Database) -> None:
     database.create_tables([ApprovalRule], safe=False)
 
 
+def _team_quotas(database: pw.Database) -> None:
+    """Team GPU quotas, fair-share weights and borrowing limits (issue 25). A frozen
+    copy of the model as it was at 15; no row: no quota, weight 1, borrowing unlimited."""
+
+    class TeamQuotaRow(pw.Model):
+        id = pw.AutoField()
+        team_name = pw.CharField(max_length=64, unique=True)
+        gpus = pw.IntegerField(null=True)
+        flavors = pw.TextField(default="{}")
+        weight = pw.DoubleField(default=1.0)
+        borrow_limit = pw.IntegerField(null=True)
+        updated_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "team_quota"
+
+    TeamQuotaRow._meta.set_database(database)
+    database.create_tables([TeamQuotaRow], safe=False)
+
+
+# Tokens that held every permission of releases 14 and 15 gain admin.webhooks (as migration 4 and
+# 10 did for theirs). Frozen: the permissions of that release.
+_RELEASE_14_PERMISSIONS = frozenset(
+    {
+        "admin.workers",
+        "queue.submit",
+        "queue.admin",
+        "audit.read",
+        "queue.command",
+        "queue.local",
+        "admin.users",
+        "queue.approve",
+        "usage.read",
+    }
+)
+
+
+def _webhooks(database: pw.Database) -> None:
+    """Webhook subscriptions, the outbox of events, deliveries and their attempts (issue
+    27). A frozen copy of the models as they were at 16."""
+
+    class WebhookSubscription(pw.Model):
+        id = pw.AutoField()
+        url = pw.TextField()
+        secret = pw.TextField()
+        events = pw.TextField(default="[]")
+        team_name = pw.TextField(null=True)
+        user_name = pw.TextField(null=True)
+        worker_labels = pw.TextField(default="{}")
+        format = pw.CharField(max_length=8, default="json")
+        owner = pw.TextField(null=True)
+        created_by = pw.TextField()
+        created_at = pw.DoubleField()
+        disabled_at = pw.DoubleField(null=True)
+        disabled_reason = pw.TextField(null=True)
+
+        class Meta:
+            table_name = "webhook_subscription"
+
+    class WebhookEvent(pw.Model):
+        id = pw.BigAutoField()
+        event_id = pw.CharField(max_length=64, unique=True)
+        kind = pw.CharField(max_length=32)
+        body = pw.TextField()
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "webhook_event"
+
+    class WebhookDelivery(pw.Model):
+        id = pw.BigAutoField()
+        delivery_id = pw.CharField(max_length=64, unique=True)
+        event = pw.BigIntegerField(column_name="event_id")
+        subscription = pw.IntegerField(column_name="subscription_id")
+        state = pw.CharField(max_length=16, default="pending")
+        attempts = pw.IntegerField(default=0)
+        next_at = pw.DoubleField()
+        created_at = pw.DoubleField()
+        last_status = pw.IntegerField(null=True)
+        last_error = pw.TextField(null=True)
+        last_latency_ms = pw.DoubleField(null=True)
+        delivered_at = pw.DoubleField(null=True)
+
+        class Meta:
+            table_name = "webhook_delivery"
+            # The sender's page of due deliveries; a subscription's delivery log.
+            indexes = ((("state", "next_at"), False), (("subscription", "id"), False))
+
+    class WebhookAttempt(pw.Model):
+        id = pw.BigAutoField()
+        delivery = pw.BigIntegerField(column_name="delivery_id", index=True)
+        at = pw.DoubleField()
+        status_code = pw.IntegerField(null=True)
+        latency_ms = pw.DoubleField()
+        error = pw.TextField(null=True)
+
+        class Meta:
+            table_name = "webhook_attempt"
+
+    models = (WebhookSubscription, WebhookEvent, WebhookDelivery, WebhookAttempt)
+    for model in models:
+        model._meta.set_database(database)
+    database.create_tables(models, safe=False)
+    tokens = pw.Table("api_token").bind(database)
+    token_id, permissions = tokens.c.id, tokens.c.permissions
+    for row in list(tokens.select(token_id, permissions).dicts()):
+        held = json.loads(row["permissions"] or "[]")
+        if set(held) >= _RELEASE_14_PERMISSIONS and "admin.webhooks" not in held:
+            text = json.dumps([*held, "admin.webhooks"], separators=(",", ":"))
+            tokens.update(permissions=text).where(token_id == row["id"]).execute()
+
+
 def _failure_kinds_and_quarantine(database: pw.Database) -> None:
     """Each attempt end's kind and signature; a worker's quarantine (issue 26). Attempts
-    and workers from before have none."""
+    and workers from before have none. (Written as 15 on its branch; 17 once merged after
+    the team quotas' 15 and the webhooks' 16.)"""
     migrator = SchemaMigrator.from_database(database)
     migrator.migrate(
         migrator.add_column("job_attempt", "kind", pw.CharField(max_length=16, null=True)),
@@ -450,8 +563,10 @@ MIGRATIONS: tuple[Migration, ...] = (
         _concurrency_limits,
     ),
     Migration(14, "approval rules", _approval_rules),
+    Migration(15, "team GPU quotas, fair-share weights, borrowing limits", _team_quotas),
+    Migration(16, "webhooks: subscriptions, outbox, deliveries, attempts", _webhooks),
     Migration(
-        15,
+        17,
         "job_attempt kind and signature; worker quarantine_reason and quarantined_at",
         _failure_kinds_and_quarantine,
     ),

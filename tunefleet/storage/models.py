@@ -327,6 +327,23 @@ class TeamBudget(BaseModel):
         table_name = "team_budget"
 
 
+class TeamQuotaRow(BaseModel):
+    """Added by migration 15: a team's GPU quota (in all and/or per flavor glob, the
+    flavors as a JSON object), fair-share weight and borrowing limit (None: unlimited).
+    Named by the team's name, as jobs are; gone when the quota is cleared."""
+
+    id = pw.AutoField()
+    team_name = pw.CharField(max_length=64, unique=True)
+    gpus = pw.IntegerField(null=True)
+    flavors = pw.TextField(default="{}")
+    weight = pw.DoubleField(default=1.0)
+    borrow_limit = pw.IntegerField(null=True)
+    updated_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "team_quota"
+
+
 class JobEvent(BaseModel):
     id = pw.BigAutoField()
     job = pw.ForeignKeyField(Job, on_delete="CASCADE", column_name="job_id")
@@ -456,6 +473,7 @@ ALL_MODELS: tuple[type[BaseModel], ...] = (
     Job,
     JobAttempt,
     TeamBudget,
+    TeamQuotaRow,
     JobEvent,
     JobLog,
     JobMetric,
@@ -480,3 +498,84 @@ class ApprovalRule(BaseModel):
 
     class Meta:
         table_name = "approval_rule"
+
+
+class WebhookSubscription(BaseModel):
+    """Added by migration 15 (issue 27): where events are sent. The secret is kept as
+    given (the server signs with it), shown once, masked everywhere after."""
+
+    id = pw.AutoField()
+    url = pw.TextField()
+    secret = pw.TextField()
+    events = JsonField(default=list)
+    team_name = pw.TextField(null=True)
+    user_name = pw.TextField(null=True)
+    worker_labels = JsonField(default=dict)
+    format = pw.CharField(max_length=8, default="json")
+    # A user's own subscription (no admin.webhooks): only that user's jobs' events.
+    owner = pw.TextField(null=True)
+    created_by = pw.TextField()
+    created_at = pw.DoubleField()
+    disabled_at = pw.DoubleField(null=True)
+    disabled_reason = pw.TextField(null=True)
+
+    class Meta:
+        table_name = "webhook_subscription"
+
+
+class WebhookEvent(BaseModel):
+    """The outbox: one row per event, written in the transaction of its change."""
+
+    id = pw.BigAutoField()
+    event_id = pw.CharField(max_length=64, unique=True)
+    kind = pw.CharField(max_length=32)
+    body = JsonField()
+    created_at = pw.DoubleField()
+
+    class Meta:
+        table_name = "webhook_event"
+
+
+class WebhookDelivery(BaseModel):
+    """One event to one subscription; ``delivery_id`` is the idempotency id a receiver
+    sees on every attempt (X-Tunefleet-Delivery)."""
+
+    id = pw.BigAutoField()
+    delivery_id = pw.CharField(max_length=64, unique=True)
+    event = pw.BigIntegerField(column_name="event_id")
+    subscription = pw.IntegerField(column_name="subscription_id")
+    state = pw.CharField(max_length=16, default="pending")
+    attempts = pw.IntegerField(default=0)
+    next_at = pw.DoubleField()
+    created_at = pw.DoubleField()
+    last_status = pw.IntegerField(null=True)
+    last_error = pw.TextField(null=True)
+    last_latency_ms = pw.DoubleField(null=True)
+    delivered_at = pw.DoubleField(null=True)
+
+    class Meta:
+        table_name = "webhook_delivery"
+        indexes = ((("state", "next_at"), False), (("subscription", "id"), False))
+
+
+class WebhookAttempt(BaseModel):
+    """The delivery log: each attempt's answer and how long it took."""
+
+    id = pw.BigAutoField()
+    delivery = pw.BigIntegerField(column_name="delivery_id", index=True)
+    at = pw.DoubleField()
+    status_code = pw.IntegerField(null=True)
+    latency_ms = pw.DoubleField()
+    error = pw.TextField(null=True)
+
+    class Meta:
+        table_name = "webhook_attempt"
+
+
+WEBHOOK_MODELS: tuple[type[BaseModel], ...] = (
+    WebhookSubscription,
+    WebhookEvent,
+    WebhookDelivery,
+    WebhookAttempt,
+)
+ALL_MODELS += WEBHOOK_MODELS

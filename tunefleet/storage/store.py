@@ -39,6 +39,7 @@ from tunefleet.storage.store_limits import LimitRecords, LimitRepo
 from tunefleet.storage.store_metrics import MetricRepo
 from tunefleet.storage.store_usage import UsageRecords, UsageRepo
 from tunefleet.storage.store_users import UserRecords, UserRepo
+from tunefleet.storage.store_webhooks import WebhookRecords, WebhookRepo
 from tunefleet.storage.store_workers import ApiTokenRepo, HeartbeatColumns, WorkerRepo
 
 T = TypeVar("T")
@@ -60,6 +61,7 @@ class Repos:
     usage: UsageRepo = field(default_factory=lambda: UsageRepo(time.time))
     limits: LimitRepo = field(default_factory=lambda: LimitRepo(time.time))
     approval_rules: ApprovalRuleRepo = field(default_factory=lambda: ApprovalRuleRepo(time.time))
+    webhooks: WebhookRepo = field(default_factory=lambda: WebhookRepo(time.time))
 
 
 class Store:
@@ -78,6 +80,7 @@ class Store:
                 usage=UsageRepo(now),
                 limits=LimitRepo(now),
                 approval_rules=ApprovalRuleRepo(now),
+                webhooks=WebhookRepo(now),
             )
         # Artifact rows have their own facade (store_artifacts); their repo joins `atomically`.
         self.artifacts = ArtifactRecords(db, now, repos.artifacts)
@@ -88,6 +91,8 @@ class Store:
         # Concurrency limits (store_limits): the scheduler's, kept by the fleet once read.
         self.limits = LimitRecords(db, repos.limits)
         self.approval_rules = ApprovalRuleRecords(db, repos.approval_rules)
+        # Webhook subscriptions, the outbox and the delivery log (store_webhooks).
+        self.webhooks = WebhookRecords(db, repos.webhooks)
         self.repos = repos
         self._workers = self.repos.workers
         self._api_tokens = self.repos.api_tokens

@@ -4,10 +4,12 @@ the team. None is unlimited; 0 is stored as None, SimpleTuner's other spelling o
 
 from __future__ import annotations
 
+import json
 from functools import partial
 
+from tunefleet.actors.fair_share import TeamQuota
 from tunefleet.actors.tenancy_limits import ConcurrencyLimits, TeamLimits
-from tunefleet.storage.models import ConcurrencySetting, Team
+from tunefleet.storage.models import ConcurrencySetting, Team, TeamQuotaRow
 from tunefleet.storage.store_base import Connector, Now
 from tunefleet.storage.store_users import unknown_team
 
@@ -57,6 +59,31 @@ class LimitRepo:
             raise unknown_team(team)
         return self.limits()
 
+    def quotas(self) -> dict[str, TeamQuota]:
+        """Every team's quota (issue 25); a team without one is not listed."""
+        return {
+            row.team_name: TeamQuota(
+                row.gpus, json.loads(row.flavors), row.weight, row.borrow_limit
+            )
+            for row in TeamQuotaRow.select().order_by(TeamQuotaRow.team_name)
+        }
+
+    def set_quota(self, team: str, quota: TeamQuota) -> dict[str, TeamQuota]:
+        """Set (or replace) ``team``'s quota; a default one (nothing set) clears it."""
+        if not Team.select().where(Team.name == team).exists():
+            raise unknown_team(team)
+        TeamQuotaRow.delete().where(TeamQuotaRow.team_name == team).execute()
+        if not quota.is_default:
+            TeamQuotaRow.insert(
+                team_name=team,
+                gpus=quota.gpus,
+                flavors=json.dumps(dict(quota.flavors)),
+                weight=quota.weight,
+                borrow_limit=quota.borrow_limit,
+                updated_at=self._now(),
+            ).execute()
+        return self.quotas()
+
 
 class LimitRecords:
     """The limits, awaited from the event loop (one DB read or write each)."""
@@ -79,3 +106,9 @@ class LimitRecords:
         self, team: str, max_jobs: int | None, max_gpus: int | None
     ) -> ConcurrencyLimits:
         return await self.db.write(partial(self.repo.set_team_limits, team, max_jobs, max_gpus))
+
+    async def quotas(self) -> dict[str, TeamQuota]:
+        return await self.db.read(self.repo.quotas)
+
+    async def set_quota(self, team: str, quota: TeamQuota) -> dict[str, TeamQuota]:
+        return await self.db.write(partial(self.repo.set_quota, team, quota))

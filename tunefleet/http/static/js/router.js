@@ -8,6 +8,7 @@ import * as audit from './views/audit.js';
 import * as usage from './views/usage.js';
 import * as users from './views/users.js';
 import * as approvals from './views/approvals.js';
+import * as webhooks from './views/webhooks.js';
 
 const ROUTES = [
   { nav: 'workers', pattern: /^\/workers$/, view: workers, title: 'Workers' },
@@ -17,6 +18,7 @@ const ROUTES = [
   { nav: 'audit', pattern: /^\/audit$/, view: audit, title: 'Audit' },
   { nav: 'users', pattern: /^\/users$/, view: users, title: 'Users & Teams' },
   { nav: 'approvals', pattern: /^\/approvals$/, view: approvals, title: 'Approvals' },
+  { nav: 'webhooks', pattern: /^\/webhooks$/, view: webhooks, title: 'Webhooks' },
 ];
 
 let main = null;

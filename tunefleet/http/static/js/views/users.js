@@ -1,6 +1,7 @@
 // Users & Teams: changing one's own password (anyone signed in), and for admins
 // (admin.users) the users and teams over /api/admin/users and /api/admin/teams: create a
-// user, set a role, disable or enable, set a password, add and remove team members.
+// user, set a role, disable or enable, set a password, add and remove team members, and
+// set a team's GPU quota (issue 25) with what it uses, borrows and its fair-share standing.
 
 import { enc, get, post, request } from '../api.js';
 import { badge, emptyState, h } from '../dom.js';
@@ -83,7 +84,67 @@ function userRow(user, reload) {
     }, 'Set password')));
 }
 
-function teamRow(team, reload) {
+/** '8 GPUs; *A100*=8; weight 2; borrow ≤4', as `tunefleet teams list` shows it. */
+function quotaText(quota) {
+  if (!quota) return '—';
+  const parts = [];
+  if (quota.gpus !== null && quota.gpus !== undefined) parts.push(`${quota.gpus} GPUs`);
+  for (const [glob, count] of Object.entries(quota.flavors ?? {})) parts.push(`${glob}=${count}`);
+  if (quota.weight !== 1) parts.push(`weight ${quota.weight}`);
+  if (quota.borrow_limit !== null && quota.borrow_limit !== undefined) parts.push(`borrow ≤${quota.borrow_limit}`);
+  return parts.join('; ') || '—';
+}
+
+/** '*A100*=8, *H100*=4' → {"*A100*": 8, "*H100*": 4}; a malformed part is sent as is
+ *  (a count of -1) so the server's one-line reason says what to fix. */
+function parseFlavors(text) {
+  const flavors = {};
+  for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const at = part.lastIndexOf('=');
+    const count = at > 0 ? Number(part.slice(at + 1)) : NaN;
+    flavors[at > 0 ? part.slice(0, at).trim() : part] = Number.isInteger(count) ? count : -1;
+  }
+  return flavors;
+}
+
+function quotaCell(team, share, reload) {
+  const quota = share?.quota ?? { gpus: null, flavors: {}, weight: 1, borrow_limit: null };
+  const number = (label, value, step) => h('input', {
+    type: 'number', min: '0', step, value: value ?? '', 'aria-label': `${label} of ${team.name}`, class: 'narrow',
+  });
+  const gpus = number('GPU quota', quota.gpus, '1');
+  const weight = number('Weight', quota.weight, 'any');
+  const borrow = number('Borrowing limit', quota.borrow_limit, '1');
+  const flavors = h('input', {
+    type: 'text', placeholder: '*A100*=8', 'aria-label': `Flavor quotas of ${team.name}`,
+    value: Object.entries(quota.flavors ?? {}).map(([g, c]) => `${g}=${c}`).join(', '),
+  });
+  const path = `/api/admin/teams/${enc(team.name)}/quota`;
+  const save = async () => {
+    const body = {
+      gpus: gpus.value === '' ? null : Number(gpus.value),
+      flavors: parseFlavors(flavors.value),
+      weight: weight.value === '' ? 1 : Number(weight.value),
+      borrow_limit: borrow.value === '' ? null : Number(borrow.value),
+    };
+    const answer = await post(path, body);
+    for (const warning of answer.warnings ?? []) toast(warning, 'info', 9000);
+  };
+  const use = share ? `uses ${share.used_gpus}, borrows ${share.borrowed_gpus}, standing ${Math.round(share.standing)}` : 'uses 0';
+  return h('td', { class: 'quota' },
+    h('div', {}, h('b', {}, quotaText(share?.quota)), ' ', h('span', { class: 'muted' }, use)),
+    h('div', { class: 'btn-row' }, gpus, flavors, weight, borrow,
+      h('button', {
+        class: 'btn small', type: 'button',
+        onClick: () => change(`Set the quota of ${team.name}.`, save, reload),
+      }, 'Set quota'),
+      h('button', {
+        class: 'btn small', type: 'button',
+        onClick: () => change(`Cleared the quota of ${team.name}.`, () => request('DELETE', path), reload),
+      }, 'Clear quota')));
+}
+
+function teamRow(team, share, reload) {
   const member = h('input', { type: 'text', placeholder: 'user name', 'aria-label': `Add a member to ${team.name}` });
   const path = `/api/admin/teams/${enc(team.name)}/members`;
   return h('tr', { dataset: { team: team.name } },
@@ -96,7 +157,8 @@ function teamRow(team, reload) {
     h('td', {}, member, ' ', h('button', {
       class: 'btn small', type: 'button',
       onClick: () => change(`Added ${member.value} to ${team.name}.`, () => post(path, { user: member.value.trim() }), reload),
-    }, 'Add member')));
+    }, 'Add member')),
+    quotaCell(team, share, reload));
 }
 
 function createUserForm(reload) {
@@ -128,10 +190,12 @@ export function mount(main) {
       return;
     }
     try {
-      const [{ users }, { teams }] = await Promise.all([get('/api/admin/users'), get('/api/admin/teams')]);
+      const [{ users }, { teams }, stats] = await Promise.all(
+        [get('/api/admin/users'), get('/api/admin/teams'), get('/api/queue/stats')]);
+      const shares = stats.fair_share ?? {};
       usersBody.replaceChildren(...users.map((u) => userRow(u, reload)));
-      teamsBody.replaceChildren(...teams.map((t) => teamRow(t, reload)));
-      if (!teams.length) teamsBody.replaceChildren(h('tr', {}, h('td', { colspan: '3' }, emptyState('No teams', ''))));
+      teamsBody.replaceChildren(...teams.map((t) => teamRow(t, shares[t.name], reload)));
+      if (!teams.length) teamsBody.replaceChildren(h('tr', {}, h('td', { colspan: '4' }, emptyState('No teams', ''))));
     } catch (error) {
       if (error.permission) admin.replaceChildren(permissionNote('admin.users', 'manage users and teams'));
       else toast(error.detail ?? String(error), 'error');
@@ -147,7 +211,7 @@ export function mount(main) {
     h('section', { class: 'card', 'aria-label': 'Teams' }, h('div', { class: 'card-body' },
       h('h2', {}, 'Teams'),
       h('table', { class: 'data', id: 'teams-table' },
-        h('thead', {}, h('tr', {}, ['Team', 'Members', ''].map((t) => h('th', { scope: 'col' }, t)))),
+        h('thead', {}, h('tr', {}, ['Team', 'Members', '', 'GPU quota (GPUs, flavors, weight, borrowing limit)'].map((t) => h('th', { scope: 'col' }, t)))),
         teamsBody))));
   reload();
   return {};
