@@ -4,6 +4,7 @@ and its limit, decayed usage and standing, the order of a pass, and victim choic
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -203,6 +204,20 @@ def test_a_job_takes_a_worker_of_a_flavor_its_team_has_room_in() -> None:
     ]
     placed = plan_fair([_job("j", "a", 1)], workers, QuotaBook(quotas), {})
     assert placed == [("j", "wh")]  # wa fits best, but a may not borrow
+
+
+def test_a_retry_keeps_off_the_workers_it_failed_on_in_a_fair_pass() -> None:
+    """Issue 26 under quotas: the scheduler's exclusion (retry_policy.exclusion) holds in
+    plan_fair as in matching.plan, and does not make the requirements hopeless for the
+    jobs behind it."""
+    workers = _workers(2)
+    retry = replace(_job("retry", "a", 1), exclude=frozenset({workers[0].worker_id}))
+    placed = plan_fair([retry], workers, QuotaBook({}), {})
+    assert placed == [("retry", workers[1].worker_id)]
+    # Only the excluded one is idle: the retry waits, the next job with the same
+    # requirements takes it.
+    placed = plan_fair([retry, _job("next", "a", 2)], workers[:1], QuotaBook({}), {})
+    assert placed == [("next", workers[0].worker_id)]
 
 
 def _running(

@@ -91,26 +91,20 @@ def _place(
         return None
     if gate is not None and not gate.allows(job.holder()):
         return None
-    # A retry's workers to keep off (retry_policy.py) are hidden while it chooses.
-    hidden = _hide(index, job.exclude)
-    try:
-        rank = index.best_for(key)
-        if rank is None:
-            if not hidden:  # nothing fits the requirements themselves
-                hopeless.add(key)
-            return None
-        worker = index.workers[rank]
-        found = book.verdict(job.team, worker.gpu_name, gpus)
-        flavored = bool(book.quota(job.team).flavors)
-        if found is not Verdict.WITHIN and flavored:
-            # The best fit is outside what the team's flavors still cover: a worker of a
-            # flavor it has room in is taken instead, before any borrowing.
-            other = _within_flavor(job, key, index, book)
-            if other is not None:
-                rank, worker, found = other, index.workers[other], Verdict.WITHIN
-    finally:
-        for hid in hidden:
-            index.taken[hid] = 0
+    rank = _best_outside(index, key, job.exclude)
+    if rank is None:
+        if not job.exclude:  # nothing fits the requirements themselves
+            hopeless.add(key)
+        return None
+    worker = index.workers[rank]
+    found = book.verdict(job.team, worker.gpu_name, gpus)
+    flavored = bool(book.quota(job.team).flavors)
+    if found is not Verdict.WITHIN and flavored and not job.exclude:
+        # The best fit is outside what the team's flavors still cover: a worker of a
+        # flavor it has room in is taken instead, before any borrowing.
+        other = _within_flavor(job, key, index, book)
+        if other is not None:
+            rank, worker, found = other, index.workers[other], Verdict.WITHIN
     if found is Verdict.CAPPED:
         if not flavored:
             capped[job.team] = min(gpus, capped.get(job.team, gpus))
@@ -124,18 +118,22 @@ def _place(
     return worker.worker_id
 
 
-def _hide(index: FleetIndex, exclude: frozenset[str]) -> list[int]:
-    """Mark the free workers of ``exclude`` taken for one choice; their ranks, to free."""
+def _best_outside(index: FleetIndex, key: RequirementsKey, exclude: frozenset[str]) -> int | None:
+    """The best free worker for ``key`` outside ``exclude`` (a retry's workers to keep
+    off: retry_policy.py): through the index when there are none, else by walking the
+    free workers in fit order (rare: retries after failures)."""
     if not exclude:
-        return []
-    hidden = [
-        rank
-        for rank, worker in enumerate(index.workers)
-        if worker.worker_id in exclude and not index.taken[rank]
-    ]
-    for rank in hidden:
-        index.taken[rank] = 1
-    return hidden
+        return index.best_for(key)
+    for is_local in SIDES[key.target]:
+        for rank, worker in enumerate(index.workers):
+            if (
+                not index.taken[rank]
+                and worker.is_local == is_local
+                and worker.worker_id not in exclude
+                and fits(key, worker)
+            ):
+                return rank
+    return None
 
 
 def _within_flavor(
