@@ -35,6 +35,7 @@ from tunefleet.storage.store_webhooks import (
 )
 from tunefleet.webhooks.addresses import url_refusal
 from tunefleet.webhooks.events import EVENT_KINDS, USER_EVENT_KINDS
+from tunefleet.webhooks.policy import DeliveryState
 from tunefleet.webhooks.signing import masked, new_secret
 
 _NOT_FOUND = {404: "No such webhook (or not yours)"}
@@ -70,7 +71,7 @@ def delivery_view(row: WebhookDeliveryRow, kind: str, event_id: str) -> dict[str
         "event": kind,
         "state": row.state,
         "attempts": row.attempts,
-        "next_attempt_at": iso(row.next_at) if row.state == "pending" else None,
+        "next_attempt_at": iso(row.next_at) if row.state == DeliveryState.PENDING else None,
         "last_status": row.last_status,
         "last_error": row.last_error,
         "last_latency_ms": row.last_latency_ms,

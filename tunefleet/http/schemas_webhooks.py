@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from tunefleet.http.schemas_common import ResponseModel, StrictRequestModel
+from tunefleet.webhooks.policy import DeliveryState
 
 MAX_EVENTS = 32
 MAX_LABELS = 16
@@ -77,7 +78,7 @@ class DeliveryView(ResponseModel):
     delivery_id: str
     event_id: str
     event: str
-    state: Literal["pending", "delivered", "failed"]
+    state: DeliveryState
     attempts: int
     next_attempt_at: str | None = None
     last_status: int | None = None

@@ -17,6 +17,7 @@ from typing import Any
 import peewee as pw
 
 from tunefleet.fsm.job import JobState
+from tunefleet.webhooks.policy import DeliveryState
 
 
 def canonical_json(value: object) -> str:
@@ -544,7 +545,7 @@ class WebhookDelivery(BaseModel):
     delivery_id = pw.CharField(max_length=64, unique=True)
     event = pw.BigIntegerField(column_name="event_id")
     subscription = pw.IntegerField(column_name="subscription_id")
-    state = pw.CharField(max_length=16, default="pending")
+    state = pw.CharField(max_length=16, default=DeliveryState.PENDING.value)
     attempts = pw.IntegerField(default=0)
     next_at = pw.DoubleField()
     created_at = pw.DoubleField()

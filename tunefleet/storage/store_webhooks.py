@@ -25,8 +25,9 @@ from tunefleet.storage.models import (
 from tunefleet.storage.rows import first_of, inserted, rows_of
 from tunefleet.storage.statements import execute_planned, insert_row, select_where
 from tunefleet.storage.store_base import Connector, Now, page
+from tunefleet.webhooks.policy import DeliveryState
 
-PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+PENDING, DELIVERED, FAILED = DeliveryState.PENDING, DeliveryState.DELIVERED, DeliveryState.FAILED
 
 
 @dataclass(frozen=True, slots=True)

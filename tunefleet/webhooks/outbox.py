@@ -17,6 +17,7 @@ from typing import Any
 import peewee as pw
 import structlog
 
+from tunefleet.fsm import JobState, WorkerState
 from tunefleet.storage.store import Repos
 from tunefleet.storage.store_webhooks import WebhookSubscriptionRow, new_event_id
 from tunefleet.webhooks.events import (
@@ -209,7 +210,7 @@ def job_events_of(audit_kind: str, repos: Repos, job_id: str) -> list[str]:
     """The webhook events an audited job step makes (read in its transaction)."""
     if audit_kind == "job.submitted":
         job = repos.webhooks.job_facts(job_id)
-        held = job is not None and job["state"] == "pending_approval"
+        held = job is not None and job["state"] == JobState.PENDING_APPROVAL
         return ["job.submitted", "approval.required"] if held else ["job.submitted"]
     if audit_kind == "job.approved":
         return ["approval.granted"]
@@ -231,15 +232,15 @@ def job_events_of(audit_kind: str, repos: Repos, job_id: str) -> list[str]:
     return []
 
 
-_ONLINE_STATES = frozenset({"idle", "busy", "draining"})
-_AWAY_STATES = frozenset({"offline", "connecting"})
+_ONLINE_STATES = frozenset({WorkerState.IDLE, WorkerState.BUSY, WorkerState.DRAINING})
+_AWAY_STATES = frozenset({WorkerState.OFFLINE, WorkerState.CONNECTING})
 
 
 def worker_event_of(expected: str | Collection[str], state: str) -> str | None:
     """``worker.online`` when a worker comes back (from offline or never connected),
     ``worker.offline`` when it goes; None for moves between its working states."""
     before = {expected} if isinstance(expected, str) else {str(e) for e in expected}
-    if state == "offline" and not before <= {"offline"}:
+    if state == WorkerState.OFFLINE and not before <= {WorkerState.OFFLINE}:
         return "worker.offline"
     if state in _ONLINE_STATES and before <= _AWAY_STATES:
         return "worker.online"

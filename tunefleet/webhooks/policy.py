@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Final, Literal
+from enum import StrEnum
+from typing import Final
 
 FIRST_RETRY_S: Final = 10.0
 MAX_RETRY_S: Final = 3600.0
@@ -18,7 +19,13 @@ KEEP_LOG_S: Final = 30 * 24 * 3600.0
 PRUNE_EVERY_S: Final = 3600.0
 PRUNE_PAGE: Final = 1000
 
-DeliveryState = Literal["pending", "delivered", "failed"]
+
+class DeliveryState(StrEnum):
+    """A delivery's own state (not a job's, though two words are the same)."""
+
+    PENDING = "pending"  # to be tried (again) at next_at
+    DELIVERED = "delivered"
+    FAILED = "failed"  # given up: 24 h of failures, or the subscription disabled
 
 
 def retry_delay(attempts: int, rng: random.Random) -> float:
@@ -42,10 +49,10 @@ def judge(
     """What an attempt's answer (``status``; None: no answer: refused, timed out) means
     after ``attempts`` attempts of a delivery whose event happened at ``created_at``."""
     if status is not None and 200 <= status < 300:
-        return Verdict("delivered")
+        return Verdict(DeliveryState.DELIVERED)
     if status == 410:
-        return Verdict("failed", disable=True)
+        return Verdict(DeliveryState.FAILED, disable=True)
     next_at = now + retry_delay(attempts, rng)
     if next_at - created_at > GIVE_UP_AFTER_S:
-        return Verdict("failed")
-    return Verdict("pending", next_at)
+        return Verdict(DeliveryState.FAILED)
+    return Verdict(DeliveryState.PENDING, next_at)
