@@ -29,7 +29,7 @@ from tests.e2e.harness import Agent, Orchestrator, wait_until, write_tiny_config
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 INTERVAL = 100  # checkpointing_steps
-TOTAL = 600
+TOTAL = 1200  # 24 s of steps: a's jobs are still running when b's reclaims come
 STEP_S = 0.02
 GRACE_S = 20
 GPU = "1xNVIDIA A100-SXM4-80GB:80"
@@ -180,6 +180,7 @@ def test_a_team_below_its_quota_reclaims_workers_and_the_victims_resume(
         killed_agent_pids=set(),  # nothing was killed: every agent ran throughout
     )
     findings = check(evidence)
+    print(dict(findings.stats))  # shown on failure, and with -s
     assert not findings.violations, (findings.violations, dict(findings.stats))
     # One trainer per attempt: four of a's, two of b's, two resumed victims.
     assert findings.stats["trainer_runs"] == WORKERS + 2 * B_QUOTA, dict(findings.stats)
