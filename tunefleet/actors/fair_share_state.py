@@ -130,7 +130,26 @@ class FairShareState:
         """For the jobs still waiting after a pass (in pass order), the victims to preempt:
         one worker each, none already being reclaimed, none for a job a reclaim in flight
         already serves. ``book`` is updated as if each reclaim had happened."""
-        claimed_for = {r.job_id for r in self.inflight.values()}
+        waits = {job.job_id for job in waiting}
+        claimed_for = {r.job_id for r in self.inflight.values() if r.job_id in waits}
+        # A worker still being freed for a job that no longer waits (another job of its
+        # team took the worker freed first) serves the team's next waiting job it fits:
+        # else that job reclaims a further victim, one preemption too many.
+        for orphan in (r for r in self.inflight.values() if r.job_id not in waits):
+            view = fleet.get(orphan.worker_id)
+            heir = next(
+                (
+                    job
+                    for job in waiting
+                    if job.team == orphan.team
+                    and job.job_id not in claimed_for
+                    and view is not None
+                    and unmet(job.requirements, view) is None
+                ),
+                None,
+            )
+            if heir is not None:
+                claimed_for.add(heir.job_id)
         if not any(self._may_reclaim_for(job, book) for job in _one_per_team(waiting)):
             return []  # no waiting team is below its quota: nothing to reclaim for
         borrowers = borrowing_jobs(self.quotas, running)
