@@ -126,6 +126,7 @@ CREATE TABLE IF NOT EXISTS "job_attempt" ("id" INTEGER NOT NULL PRIMARY KEY,
     "dispatched_at" REAL NOT NULL, "started_at" REAL, "ended_at" REAL,
     "outcome" VARCHAR(16), "reason" TEXT,
     "log_bytes" INTEGER NOT NULL, "log_lines_dropped" INTEGER NOT NULL,
+    "kind" VARCHAR(16), "signature" TEXT,
     FOREIGN KEY ("job_id") REFERENCES "job" ("id") ON DELETE CASCADE);
 CREATE UNIQUE INDEX IF NOT EXISTS "job_attempt_job_id_number"
     ON "job_attempt" ("job_id", "number");

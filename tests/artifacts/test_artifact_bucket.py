@@ -47,9 +47,9 @@ async def server(make_server: Any, bucket: Any, s3_url: str) -> Server:
     return await make_server(artifact_store=f"s3://{BUCKET}/fleet", s3_endpoint_url=s3_url)
 
 
-async def _job(server: Server) -> dict[str, Any]:
+async def _job(server: Server, **submit: Any) -> dict[str, Any]:
     worker = await server.connected_worker()
-    await server.submit(target="worker")
+    await server.submit(target="worker", **submit)
     event = await worker.take_job()
     event["_worker"] = worker
     return event
@@ -253,7 +253,7 @@ async def test_at_start_uploads_whose_attempt_ended_are_aborted_in_the_bucket(
 ) -> None:
     options = {"artifact_store": f"s3://{BUCKET}/fleet", "s3_endpoint_url": s3_url}
     first = await make_server(**options)
-    event = await _job(first)
+    event = await _job(first, max_retries=0)  # a job error would be retried otherwise
     headers = {TOKEN_HEADER: event["upload_token"]}
     url = f"{_base(event)}/unfinished.bin"
     started = await (await first.client.post(url + "?uploads", headers=headers)).json()

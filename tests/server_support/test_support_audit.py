@@ -124,6 +124,8 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "team.quota_set",
         "team.quota_cleared",
         "queue.reclaim",
+        "worker.quarantined",
+        "worker.released",
     }
 
 

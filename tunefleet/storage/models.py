@@ -159,7 +159,7 @@ class Worker(BaseModel):
     last_seen_at = pw.DoubleField(null=True)
     offline_at = pw.DoubleField(null=True)  # added by migration 2
     agent_name = pw.TextField(null=True)  # added by migration 7: the name the agent sent
-    # Added by migration 15: why the worker is quarantined (None: it is not), and since when.
+    # Added by migration 17: why the worker is quarantined (None: it is not), and since when.
     quarantine_reason = pw.TextField(null=True)
     quarantined_at = pw.DoubleField(null=True)
     created_at = pw.DoubleField()
@@ -303,7 +303,7 @@ class JobAttempt(BaseModel):
     # them) and the lines dropped past its quota.
     log_bytes = pw.BigIntegerField(default=0)
     log_lines_dropped = pw.BigIntegerField(default=0)
-    # Added by migration 15: the end's kind (fsm/failure_kinds.py; None: completed, or
+    # Added by migration 17: the end's kind (fsm/failure_kinds.py; None: completed, or
     # not ended) and a job error's signature or what gave an infrastructure failure away.
     kind = pw.CharField(max_length=16, null=True)
     signature = pw.TextField(null=True)
@@ -502,7 +502,7 @@ class ApprovalRule(BaseModel):
 
 
 class WebhookSubscription(BaseModel):
-    """Added by migration 15 (issue 27): where events are sent. The secret is kept as
+    """Added by migration 16 (issue 27): where events are sent. The secret is kept as
     given (the server signs with it), shown once, masked everywhere after."""
 
     id = pw.AutoField()
