@@ -15,6 +15,7 @@ from tunefleet.http.auth import (
 )
 from tunefleet.http.errors import ApiError
 from tunefleet.http.openapi import RouteTable
+from tunefleet.storage.store_users import unknown_team
 
 routes = RouteTable()
 # The protocol's answer to a heartbeat or a status report, made once: json_response()
@@ -36,6 +37,15 @@ def check_disk(request: web.Request, what: str) -> None:
     guard = request.app.get(keys.DISK_GUARD)
     if guard is not None:
         guard.check(what)
+
+
+async def existing_team(request: web.Request) -> str:
+    """The ``{name}`` of the path, a team that exists; 404 naming it otherwise (checked
+    before any body is read: a wrong name is the first thing to fix)."""
+    name = request.match_info["name"]
+    if await request.app[keys.STORE].users.team(name) is None:
+        raise unknown_team(name)
+    return name
 
 
 def fleet_of(request: web.Request) -> Fleet:

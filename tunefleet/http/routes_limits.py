@@ -19,7 +19,7 @@ from tunefleet.audit import AuditKind
 from tunefleet.fsm.job import JobState
 from tunefleet.http import keys
 from tunefleet.http.body import parse_body
-from tunefleet.http.route_table import actor_name, fleet_of, principal_of, routes
+from tunefleet.http.route_table import actor_name, existing_team, fleet_of, principal_of, routes
 from tunefleet.http.schemas_limits import (
     ConcurrencyRequest,
     ConcurrencyResponse,
@@ -27,7 +27,6 @@ from tunefleet.http.schemas_limits import (
     TeamLimitsRequest,
     TeamLimitsResponse,
 )
-from tunefleet.storage.store_users import unknown_team
 
 
 @routes.route(
@@ -79,10 +78,8 @@ async def set_concurrency(request: web.Request) -> web.StreamResponse:
     errors={404: "Unknown team (the detail names it)"},
 )
 async def set_team_limits(request: web.Request) -> web.StreamResponse:
-    name = request.match_info["name"]
+    name = await existing_team(request)
     store = request.app[keys.STORE]
-    if await store.users.team(name) is None:
-        raise unknown_team(name)  # before the body: a wrong name is the first fix
     body = await parse_body(request, TeamLimitsRequest)
     current = (await store.limits.limits()).teams.get(name, TeamLimits())
     given = body.model_fields_set

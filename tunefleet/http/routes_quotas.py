@@ -16,9 +16,8 @@ from tunefleet.audit import AuditKind
 from tunefleet.http import keys
 from tunefleet.http.body import parse_body
 from tunefleet.http.errors import ApiError
-from tunefleet.http.route_table import actor_name, fleet_of, routes
+from tunefleet.http.route_table import actor_name, existing_team, fleet_of, routes
 from tunefleet.http.schemas_quotas import TeamQuotaRequest, TeamQuotaResponse
-from tunefleet.storage.store_users import unknown_team
 
 
 def _quota(current: TeamQuota, body: TeamQuotaRequest) -> TeamQuota:
@@ -49,10 +48,8 @@ def _quota(current: TeamQuota, body: TeamQuotaRequest) -> TeamQuota:
     errors={404: "Unknown team (the detail names it)"},
 )
 async def set_team_quota(request: web.Request) -> web.StreamResponse:
-    name = request.match_info["name"]
+    name = await existing_team(request)
     store = request.app[keys.STORE]
-    if await store.users.team(name) is None:
-        raise unknown_team(name)  # before the body: a wrong name is the first fix
     body = await parse_body(request, TeamQuotaRequest)
     quotas = await store.limits.quotas()
     quota = _quota(quotas.get(name, NO_QUOTA), body)
@@ -80,10 +77,8 @@ async def set_team_quota(request: web.Request) -> web.StreamResponse:
     errors={404: "Unknown team (the detail names it)"},
 )
 async def clear_team_quota(request: web.Request) -> web.StreamResponse:
-    name = request.match_info["name"]
+    name = await existing_team(request)
     store = request.app[keys.STORE]
-    if await store.users.team(name) is None:
-        raise unknown_team(name)
     quotas = await store.limits.set_quota(name, NO_QUOTA)
     await fleet_of(request).set_quotas(quotas)
     await request.app[keys.AUDIT].record(

@@ -25,7 +25,7 @@ from tunefleet.http.auth import USAGE_READ, ApiPrincipal, controls_orchestrator
 from tunefleet.http.body import parse_body, parse_query
 from tunefleet.http.budget_check import standing_view, team_standing
 from tunefleet.http.errors import ApiError
-from tunefleet.http.route_table import actor_name, principal_of, routes
+from tunefleet.http.route_table import actor_name, existing_team, principal_of, routes
 from tunefleet.http.schemas_usage import (
     SetBudgetRequest,
     TeamBudgetResponse,
@@ -33,7 +33,6 @@ from tunefleet.http.schemas_usage import (
     UsageResponse,
 )
 from tunefleet.storage.store import Store
-from tunefleet.storage.store_users import unknown_team
 from tunefleet.usage import AttemptSpan, UsageRow, roll_up
 
 CSV = "text/csv"
@@ -183,13 +182,6 @@ async def _budget_response(store: Store, team: str, now: float) -> web.Response:
     return web.json_response({"team": team, "budget": view})
 
 
-async def _existing_team(request: web.Request) -> str:
-    name = request.match_info["name"]
-    if await request.app[keys.STORE].users.team(name) is None:
-        raise unknown_team(name)
-    return name
-
-
 @routes.route(
     "GET",
     "/api/admin/teams/{name}/budget",
@@ -199,7 +191,7 @@ async def _existing_team(request: web.Request) -> str:
     errors={404: "Unknown team"},
 )
 async def show_budget(request: web.Request) -> web.StreamResponse:
-    team = await _existing_team(request)
+    team = await existing_team(request)
     return await _budget_response(request.app[keys.STORE], team, request.app[keys.CLOCK].time())
 
 
@@ -214,7 +206,7 @@ async def show_budget(request: web.Request) -> web.StreamResponse:
 )
 async def set_budget(request: web.Request) -> web.StreamResponse:
     body = await parse_body(request, SetBudgetRequest)
-    team = await _existing_team(request)
+    team = await existing_team(request)
     store = request.app[keys.STORE]
     await store.usage.set_budget(team, body.gpu_hours, body.period, body.action)
     await request.app[keys.AUDIT].record(
@@ -237,7 +229,7 @@ async def set_budget(request: web.Request) -> web.StreamResponse:
     errors={404: "Unknown team, or a team without a budget"},
 )
 async def clear_budget(request: web.Request) -> web.StreamResponse:
-    team = await _existing_team(request)
+    team = await existing_team(request)
     if not await request.app[keys.STORE].usage.clear_budget(team):
         raise ApiError(404, f"team {team} has no budget; set one with POST to this path")
     await request.app[keys.AUDIT].record(

@@ -15,7 +15,7 @@ from tunefleet.http.body import parse_body
 from tunefleet.http.errors import ApiError
 from tunefleet.http.principal_streams import PRINCIPAL_STREAMS_KEY, user_owner
 from tunefleet.http.roles import ADMIN, user_ceiling
-from tunefleet.http.route_table import actor_name, routes
+from tunefleet.http.route_table import actor_name, existing_team, routes
 from tunefleet.http.schemas_users import (
     AddMemberRequest,
     CreateTeamRequest,
@@ -280,10 +280,8 @@ async def show_team(request: web.Request) -> web.StreamResponse:
     errors=_TEAM_404,
 )
 async def add_team_member(request: web.Request) -> web.StreamResponse:
-    name = request.match_info["name"]
+    name = await existing_team(request)
     store = _store(request)
-    if await store.users.team(name) is None:
-        raise unknown_team(name)
     body = await parse_body(request, AddMemberRequest)
     await store.users.add_member(name, body.user, default=body.default)
     await _audit(
