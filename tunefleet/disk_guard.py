@@ -4,13 +4,23 @@ plane writes (heartbeats, status reports, the audit events of refusals) that mus
 
 Asking the disk is a statvfs call; the answer is kept ``ttl_s`` (a second) so a burst of
 log posts costs one, and asked again after that, so the orchestrator takes bulk writes
-again by itself once space is freed (no restart). Heartbeats never ask.
+again by itself once space is freed (no restart). Heartbeats never ask. Two things the
+disk's free space does not show yet are counted against the room above the floor:
+
+- the bytes let through since the disk was last asked, each database byte as
+  ``DATABASE_BYTES_PER_BYTE`` (a log flood sends 130 batches of 1 MiB in a second):
+  once they could have used the room, the next write asks again;
+- the bytes *owed* by files that a later write copies elsewhere on the same disk: SQLite's
+  write-ahead log, whose pages a checkpoint copies into the database file. A log flood
+  that reuses the WAL leaves free space unchanged until a checkpoint lands up to 16 MiB at
+  once (bench abuse g: a 16 MiB floor on a 96 MiB disk ended with nothing free).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -25,6 +35,9 @@ from tunefleet.limits import FreeDiskFloor, GiB, MiB
 log = structlog.get_logger(__name__)
 
 DEFAULT_TTL_S = 1.0
+# What a byte sent to the database may cost the disk before the next ask: its WAL frame,
+# its page again when a checkpoint copies it in, and its row's and index's share.
+DATABASE_BYTES_PER_BYTE = 3
 
 DiskUsage = Callable[[Path], Any]  # shutil.disk_usage's shape: .total and .free in bytes
 
@@ -42,56 +55,73 @@ class LowDisk:
     path: Path
     free: int
     floor: int
+    owed: int = 0  # what the database's write-ahead log will take of ``free`` again
 
 
 class DiskGuard:
     """Watches the disks that hold ``paths`` (the data directory; for SQLite, the
-    database's directory when it is on another disk) against ``floor``."""
+    database's directory when it is on another disk) against ``floor``. ``owed``: files
+    whose size a later write takes again on their disk (the SQLite WAL)."""
 
     def __init__(
         self,
         floor: FreeDiskFloor,
         paths: Iterable[Path],
         *,
+        owed: Iterable[Path] = (),
         ttl_s: float = DEFAULT_TTL_S,
         usage: DiskUsage = shutil.disk_usage,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.floor = floor
         self.paths = _one_per_disk(paths)
+        self._owed = tuple(owed)
         self._ttl_s = ttl_s
         self._usage = usage
         self._monotonic = monotonic
         self._checked_at: float | None = None
         self._low: LowDisk | None = None
+        # Above the floor when last asked: the least room over it on a watched disk, and
+        # the bytes let through since.
+        self._room = 0
+        self._admitted = 0
 
-    def check(self, what: str) -> None:
+    def check(self, what: str, nbytes: int = 0) -> None:
         """Raise DiskBelowFloor (507) naming ``what`` was refused, when a watched disk is
-        below the floor; return at once otherwise."""
-        low = self.low()
+        below the floor; otherwise count the ``nbytes`` about to be written and return."""
+        low = self.low(nbytes)
         if low is not None:
+            owed = f", less {size_text(low.owed)} owed to the database log" * bool(low.owed)
             raise DiskBelowFloor(
                 f"not enough free disk to store {what}: {size_text(low.free)} free on the "
-                f"disk holding {low.path}, under the {size_text(low.floor)} kept free for "
-                "the database and audit; free space on that disk (writes resume by "
-                "themselves) or lower --min-free-disk"
+                f"disk holding {low.path}{owed}, under the {size_text(low.floor)} kept free; "
+                "free space on that disk (writes resume by themselves) or lower "
+                "--min-free-disk"
             )
 
     async def watch(self, chunks: AsyncIterator[bytes], what: str) -> AsyncIterator[bytes]:
         """``chunks``, checked as they come: an upload begun above the floor stops (507)
         when the disk falls below it, rather than filling the disk to the last byte."""
         async for chunk in chunks:
-            self.check(what)
+            self.check(what, len(chunk))
             yield chunk
 
-    def low(self) -> LowDisk | None:
-        """The first watched disk below the floor, or None; asked at most once per ttl."""
+    def low(self, nbytes: int = 0) -> LowDisk | None:
+        """The first watched disk below the floor, or None. The disk is asked at most once
+        per ttl, and again sooner when the bytes let through could have used the room."""
         if self.floor.off:
             return None
         now = self._monotonic()
-        if self._checked_at is not None and now - self._checked_at < self._ttl_s:
-            return self._low
+        fresh = self._checked_at is not None and now - self._checked_at < self._ttl_s
+        if not fresh or (self._low is None and self._admitted > self._room):
+            self._ask(now)
+        if self._low is None:
+            self._admitted += nbytes
+        return self._low
+
+    def _ask(self, now: float) -> None:
         self._checked_at = now
+        self._admitted = 0
         was = self._low
         self._low = self._measure()
         if self._low is not None and was is None:
@@ -99,13 +129,16 @@ class DiskGuard:
                 "disk below the free-space floor: refusing new logs, artifacts and jobs",
                 path=str(self._low.path),
                 free_bytes=self._low.free,
+                owed_bytes=self._low.owed,
                 floor_bytes=self._low.floor,
             )
         elif self._low is None and was is not None:
             log.info("disk above the free-space floor again", path=str(was.path))
-        return self._low
 
     def _measure(self) -> LowDisk | None:
+        """The first disk below the floor; otherwise None, with ``_room`` set."""
+        owed = self._owed_by_disk()
+        rooms: list[int] = []
         for path in self.paths:
             try:
                 usage = self._usage(path)
@@ -113,9 +146,23 @@ class DiskGuard:
                 log.warning("cannot read free disk", path=str(path), error=str(error))
                 continue
             floor = self.floor.floor_for(usage.total)
-            if usage.free < floor:
-                return LowDisk(path, usage.free, floor)
+            path_owed = owed.get(_device(path), 0)
+            if usage.free - path_owed < floor:
+                return LowDisk(path, usage.free, floor, path_owed)
+            rooms.append(usage.free - path_owed - floor)
+        # No disk read: nothing to count against; asked again after the ttl.
+        self._room = min(rooms) if rooms else sys.maxsize
         return None
+
+    def _owed_by_disk(self) -> dict[int | None, int]:
+        owed: dict[int | None, int] = {}
+        for path in self._owed:
+            try:
+                status = os.stat(path)
+            except OSError:  # not there (yet): owes nothing
+                continue
+            owed[status.st_dev] = owed.get(status.st_dev, 0) + status.st_size
+        return owed
 
 
 def _one_per_disk(paths: Iterable[Path]) -> tuple[Path, ...]:
@@ -124,16 +171,20 @@ def _one_per_disk(paths: Iterable[Path]) -> tuple[Path, ...]:
     kept: list[Path] = []
     devices: set[int] = set()
     for path in paths:
-        try:
-            device = os.stat(path).st_dev
-        except OSError:
-            device = None
+        device = _device(path)
         if device is not None and device in devices:
             continue
         if device is not None:
             devices.add(device)
         kept.append(path)
     return tuple(kept)
+
+
+def _device(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
 
 
 def size_text(n: int) -> str:

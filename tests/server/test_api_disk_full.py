@@ -6,14 +6,16 @@ Skipped, with the reason, where a tmpfs cannot be mounted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fakes.small_disk import fill, small_disk
+from tests.fakes.small_disk import fill, free_bytes, small_disk
 from tests.server.conftest import Server, ServerMaker
 from tests.server.protocol import WorkerClient, eventually
 from tests.server.test_api_artifacts import Uploader, dispatched
@@ -136,3 +138,35 @@ async def test_a_truly_full_disk_answers_507_never_500_and_loses_no_audit_event(
     assert (await worker.send_logs(job_id, ["after"], first_seq=90_000)).status == 200
     await server.settle()
     assert all("id" in line and "stored" not in line for line in _audit_lines(server))
+
+
+async def test_a_log_flood_stops_at_the_floor_though_the_database_lands_its_wal_later(
+    make_server: ServerMaker, tmp_path: Path
+) -> None:
+    """bench abuse g at small scale: batches of nearly 1 MiB, as fast as they are
+    answered. SQLite reuses its write-ahead log, so free space stays put until a
+    checkpoint copies up to 16 MiB into the database at once, and a second's batches
+    come before the disk is asked again. The guard counts the WAL as owed and the bytes
+    it let through: the flood is refused by the floor (not by a full disk) and once the
+    WAL is copied in the floor is still free, less about a batch."""
+    floor = 12 * MiB
+    with small_disk(tmp_path / "disk", 56) as disk:
+        server = await _on_disk(make_server, disk, f"{floor}")
+        worker = await server.connected_worker()
+        job_id = (await dispatched(server, worker))["job_id"]
+        lines = ["z" * 7000] * 120  # 0.8 MiB of text
+        batch = len(lines) * 7000
+        resp = None
+        for n in range(80):  # 64 MiB: more than the disk holds
+            resp = await worker.send_logs(job_id, lines, first_seq=len(lines) * n)
+            if resp.status != 200:
+                break
+        assert resp is not None and resp.status == 507
+        detail = (await resp.json())["detail"]
+        assert "not enough free disk to store log lines" in detail, detail
+        assert "owed to the database log" in detail, detail
+        # What the WAL owes, landed now: a second connection copies it into the database.
+        with contextlib.closing(sqlite3.connect(server.data_dir / "tunefleet.db")) as other:
+            other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        assert free_bytes(disk) >= floor - batch, f"{free_bytes(disk) / MiB:.1f} MiB free"
+        assert (await worker.heartbeat(status="busy", current_job_id=job_id)).status == 200

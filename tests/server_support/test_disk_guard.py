@@ -133,3 +133,67 @@ def test_sizes_read_as_a_person_writes_them() -> None:
     assert size_text(812 * MiB) == "812.0 MiB"
     assert size_text(3 * GiB // 2) == "1.5 GiB"
     assert size_text(12) == "12 B"
+
+
+def test_what_the_database_log_owes_counts_as_used(tmp_path: Path) -> None:
+    """SQLite's WAL is copied into the database file by a checkpoint: 20 MiB free with
+    a 12 MiB WAL on the same disk is 8 MiB once the checkpoint lands, under a 16 MiB floor."""
+    wal = tmp_path / "tunefleet.db-wal"
+    with wal.open("wb") as out:
+        out.truncate(12 * MiB)
+    disk = Disk(total=96 * MiB, free=20 * MiB)
+    guard = DiskGuard(FreeDiskFloor.parse("16MiB"), [tmp_path], owed=[wal], usage=disk.usage)
+    with pytest.raises(DiskBelowFloor) as refused:
+        guard.check("log lines")
+    assert "less 12.0 MiB owed to the database log" in str(refused.value)
+    wal.unlink()  # a WAL not there (yet) owes nothing
+    clock = Clock()
+    guard = DiskGuard(
+        FreeDiskFloor.parse("16MiB"), [tmp_path], owed=[wal], usage=disk.usage, monotonic=clock
+    )
+    guard.check("log lines")
+
+
+def test_a_burst_within_the_ttl_asks_again_once_it_could_have_used_the_room(
+    tmp_path: Path,
+) -> None:
+    """A log flood sends a second's worth of batches between two asks; the bytes let
+    through count against the room above the floor, and once they could have used it the
+    next write asks the disk again rather than trusting the kept answer."""
+    disk = Disk(total=100 * GiB, free=1 * GiB + 10 * MiB + MiB // 2)
+    guard = _guard(disk, Clock(), "1GiB", tmp_path)
+    for _ in range(11):  # 10.5 MiB of room: eleven writes of 1 MiB on one ask, the last
+        guard.check("log lines", 1 * MiB)  # taking up to its own size below the floor
+        disk.free -= 1 * MiB
+    assert disk.asked == 1
+    with pytest.raises(DiskBelowFloor):  # the room is used: asked again, and refused
+        guard.check("log lines", 1 * MiB)
+    assert disk.asked == 2
+
+
+def test_a_burst_that_did_not_use_the_disk_is_let_through_after_asking(tmp_path: Path) -> None:
+    """The count is an upper bound (a reused WAL takes no new space): asking again
+    finds the room still there, and writes go on without waiting for the ttl."""
+    disk = Disk(total=100 * GiB, free=1 * GiB + 4 * MiB)
+    guard = _guard(disk, Clock(), "1GiB", tmp_path)
+    for _ in range(12):
+        guard.check("log lines", 1 * MiB)
+    assert disk.asked == 3  # at first, then each time more than the 4 MiB room was let through
+
+
+async def test_an_upload_counts_its_bytes_between_asks(tmp_path: Path) -> None:
+    """A fast upload within one ttl: its chunks count against the room, so it stops
+    near the floor rather than a second's worth of bytes below it."""
+    disk = Disk(total=100 * GiB, free=1 * GiB + 4 * MiB)
+    guard = _guard(disk, Clock(), "1GiB", tmp_path)
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(64):
+            yield b"x" * MiB
+            disk.free -= MiB
+
+    received = 0
+    with pytest.raises(DiskBelowFloor):
+        async for chunk in guard.watch(body(), "artifact bytes"):
+            received += len(chunk)
+    assert received == 5 * MiB  # the room, and the chunk that was let through into it

@@ -228,10 +228,11 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
         raise
     # Stored timestamps come from the same clock as the actors' (a FakeClock in tests).
     app[keys.DATABASE] = db
-    watched = [options.data_dir]
+    watched, owed = [options.data_dir], []
     if config.sqlite_path and config.sqlite_path != ":memory:":
         watched.append(Path(config.sqlite_path).parent)
-    app[keys.DISK_GUARD] = DiskGuard(options.limits.min_free_disk, watched)
+        owed.append(Path(f"{config.sqlite_path}-wal"))  # a checkpoint copies it in again
+    app[keys.DISK_GUARD] = DiskGuard(options.limits.min_free_disk, watched, owed=owed)
     app[keys.STORE] = Store(db, now=app[keys.CLOCK].time)
     app[keys.WEBHOOKS] = WebhookOutbox(options.public_url, now=app[keys.CLOCK].time)
     try:

@@ -6,6 +6,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from tunefleet.actors.fleet import Fleet
+from tunefleet.disk_guard import DATABASE_BYTES_PER_BYTE
 from tunefleet.http import keys
 from tunefleet.http.auth import (
     API_PRINCIPAL_KEY,
@@ -31,12 +32,17 @@ def success_response() -> web.Response:
     return web.Response(body=_SUCCESS_BODY, headers=_SUCCESS_HEADERS)
 
 
-def check_disk(request: web.Request, what: str) -> None:
+def check_disk(request: web.Request, what: str, *, stored_bytes: int | None = None) -> None:
     """507 when the disk is below the free-space floor (--min-free-disk): for new bulk
-    data only (log lines, artifact bytes, new jobs), never for reads or heartbeats."""
+    data only (log lines, artifact bytes, new jobs), never for reads or heartbeats.
+    ``stored_bytes``: what the write adds to the disk, counted against the room left; by
+    default the body's, as database bytes."""
     guard = request.app.get(keys.DISK_GUARD)
-    if guard is not None:
-        guard.check(what)
+    if guard is None:
+        return
+    if stored_bytes is None:
+        stored_bytes = DATABASE_BYTES_PER_BYTE * (request.content_length or 0)
+    guard.check(what, stored_bytes)
 
 
 async def existing_team(request: web.Request) -> str:

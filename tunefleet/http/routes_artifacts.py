@@ -165,8 +165,8 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
     if location is not None:
         return _redirect(location)
     # Past here the bytes are stored by the orchestrator: on its disk, unless a bucket.
-    if not store.presigns:
-        check_disk(request, "artifact bytes")
+    if not store.presigns:  # the bytes are counted as they come (_bytes_in)
+        check_disk(request, "artifact bytes", stored_bytes=0)
     if "uploadId" in request.query:
         await _multipart(artifacts, scope, key, request.query["uploadId"])
         number = _part_number(request)
@@ -190,7 +190,7 @@ async def artifact_multipart(request: web.Request) -> web.StreamResponse:
     key = _key(request)
     store = artifacts.store
     if not store.presigns:  # starting an upload, or assembling its parts into the object
-        check_disk(request, "artifact bytes")
+        check_disk(request, "artifact bytes", stored_bytes=0)
     if "uploads" in request.query:
         if is_manifest(key):
             raise ApiError(400, "send a manifest in one PUT, not in parts")
