@@ -173,6 +173,13 @@ def test_the_attempt_counts_retries_spent_and_the_undelivered_apart() -> None:
     watch.apply_event("job", {"status": "running", "worker_id": "w_3", "attempt": 6,
                               "undelivered": 3, "preempted": 1})  # fmt: skip
     assert state_line(watch) == "j_1 running on w_3, attempt 2 of 4 (3 not delivered, 1 preempted)"
+    # Its worker OOM-killed, then dispatched again: an infrastructure failure, still 2.
+    watch.apply_event("job", {"status": "running", "worker_id": "w_4", "attempt": 7,
+                              "undelivered": 3, "preempted": 1,
+                              "infrastructure_failures": 1})  # fmt: skip
+    assert state_line(watch) == (
+        "j_1 running on w_4, attempt 2 of 4 (3 not delivered, 1 preempted, 1 infrastructure)"
+    )
 
 
 def test_render_pending_says_why_it_waits() -> None:
@@ -382,6 +389,21 @@ def test_the_status_choices_are_the_lifecycle_states() -> None:
         (
             {"attempts": 4, "undelivered": 1, "preempted": 2, "max_retries": 0},
             "1 of 1 (1 not delivered, 2 preempted)",
+        ),
+        # Nor do attempts the infrastructure ended: they spend --infra-retries.
+        (
+            {"attempts": 4, "infrastructure_failures": 2, "max_retries": 1},
+            "2 of 2 (2 infrastructure)",
+        ),
+        (
+            {
+                "attempts": 5,
+                "undelivered": 1,
+                "preempted": 1,
+                "infrastructure_failures": 2,
+                "max_retries": 0,
+            },
+            "1 of 1 (1 not delivered, 1 preempted, 2 infrastructure)",
         ),
     ],
 )

@@ -54,10 +54,15 @@ async def test_a_lost_worker_spends_the_infrastructure_budget_not_a_retry(
     job_id = await harness.submit(max_retries=0)
     await first.report(job_id, "running")
     second = await harness.agent("second")
-    await first.disconnect()
+    with harness.ctx.hub.subscribe(frozenset({"job"})) as events:
+        await first.disconnect()
+        published = [events.queue.get_nowait() for _ in range(events.queue.qsize())]
     job = await harness.job(job_id)
     # max_retries=0, and still retried: a lost worker is not the job's fault.
     assert (job.state, job.worker_id) == ("dispatched", second.worker_id)
+    # Followers read "attempt 1 of 1 (1 infrastructure)", not "2 of 1".
+    last = published[-1].data
+    assert (last["attempt"], last["infrastructure_failures"]) == (2, 1)
     [lost] = [a for a in await harness.attempts(job_id) if a.number == 1]
     assert (lost.outcome, lost.kind) == ("lost", "infrastructure")
     await second.run_to_completion(job_id)

@@ -301,23 +301,26 @@ async def test_one_job_has_its_timeline_and_attempts(server: Any) -> None:
     second.close()
 
 
-async def test_undelivered_dispatches_are_counted_apart_from_attempts(server: Any) -> None:
-    # Written to the store directly: two dispatches that never reached their worker and
-    # a third the worker lost after acknowledging it. No worker is connected, so the
-    # jobs stay pending and nothing else writes.
+async def test_attempts_that_spent_no_retry_are_counted_apart(server: Any) -> None:
+    # Written to the store directly: two dispatches that never reached their worker, a
+    # third the worker lost after acknowledging it (an infrastructure failure: it spends
+    # --infra-retries) and a fourth from before kinds were stored. No worker is
+    # connected, so the jobs stay pending and nothing else writes.
     job_id = (await server.submit(target="worker"))["job_id"]
     other_id = (await server.submit(target="worker"))["job_id"]
-    for number, outcome in enumerate(("undelivered", "undelivered", "lost"), start=1):
+    ends = [("undelivered", None), ("undelivered", None), ("lost", "infrastructure")]
+    for number, (outcome, kind) in enumerate([*ends, ("lost", None)], start=1):
         await server.store.start_attempt(job_id, number, worker_id="w_gone")
-        await server.store.end_attempt(job_id, number, outcome=outcome)
-    await server.store.update_job(job_id, attempts=3)
+        await server.store.end_attempt(job_id, number, outcome=outcome, kind=kind)
+    await server.store.update_job(job_id, attempts=4)
     listed = (await server.ok("GET", "/api/queue"))["jobs"]
-    assert {j["job_id"]: (j["attempts"], j["undelivered"]) for j in listed} == {
-        job_id: (3, 2),
-        other_id: (0, 0),
+    counts = ("attempts", "undelivered", "preempted", "infrastructure_failures")
+    assert {j["job_id"]: tuple(j[c] for c in counts) for j in listed} == {
+        job_id: (4, 2, 0, 1),
+        other_id: (0, 0, 0, 0),
     }
     job = await server.job(job_id)
-    assert (job["attempts"], job["undelivered"]) == (3, 2)
+    assert tuple(job[c] for c in counts) == (4, 2, 0, 1)
 
 
 async def test_unknown_job_is_404(server: Any) -> None:

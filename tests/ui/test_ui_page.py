@@ -131,6 +131,7 @@ def test_attempts_read_as_retries_spent_with_undelivered_dispatches_apart(
         {"attempts": 2, "undelivered": 0, "max_retries": 3},
         {"attempts": 3, "undelivered": 2, "max_retries": 0},  # not "3 / 1"
         {"attempts": 4, "undelivered": 1, "preempted": 2, "max_retries": 0},
+        {"attempts": 3, "infrastructure_failures": 1, "max_retries": 1},  # --infra-retries
     ]
     got = page.evaluate(
         """async ([url, jobs]) => {
@@ -144,6 +145,7 @@ def test_attempts_read_as_retries_spent_with_undelivered_dispatches_apart(
         "2 / 4",
         "1 / 1 (2 not delivered)",
         "1 / 1 (1 not delivered, 2 preempted)",
+        "2 / 2 (1 infrastructure)",
         "1 of 1 (2 not delivered)",
     ]
 

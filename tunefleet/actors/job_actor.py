@@ -588,6 +588,7 @@ class JobActor(JobFsmMixin, Actor):
             attempt=self.attempts,
             undelivered=self.undelivered,  # attempts that spent no retry: "1 of 4", not "2 of 4"
             preempted=self.preempted,
+            infrastructure_failures=self.infra_failures,
             progress=self.rec.progress,
             error=self.rec.error,
         )

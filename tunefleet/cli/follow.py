@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tunefleet.cli.exit_codes import ExitCode
+from tunefleet.cli.output import ATTEMPTS_APART
 from tunefleet.client.errors import ClientError, StreamFailed, Unreachable
 from tunefleet.client.operations import job_path
 from tunefleet.client.transport import Transport, event_data
@@ -73,8 +74,8 @@ class JobWatch:
     name: str | None = None
     worker_id: str | None = None
     attempt: int = 0  # dispatches so far, the undelivered ones included
-    undelivered: int = 0  # dispatches that never reached a worker: they spend no retry
-    preempted: int = 0  # preempted attempts: they spend no retry either
+    # Attempts that spent no retry, by the API's count (output.ATTEMPTS_APART).
+    apart: dict[str, int] = field(default_factory=dict)
     max_attempts: int | None = None
     progress: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -94,8 +95,7 @@ class JobWatch:
         self.name = detail.get("name") or detail.get("config_name") or self.name
         self.worker_id = detail.get("worker_id")
         self.attempt = detail.get("attempts") or 0
-        self.undelivered = detail.get("undelivered") or 0
-        self.preempted = detail.get("preempted") or 0
+        self.apart = {key: detail.get(key) or 0 for key, _ in ATTEMPTS_APART}
         if isinstance(detail.get("max_retries"), int):
             self.max_attempts = detail["max_retries"] + 1
         self.error = detail.get("error")
@@ -109,8 +109,8 @@ class JobWatch:
             self.status = data.get("status") or self.status
             self.worker_id = data.get("worker_id")
             self.attempt = data.get("attempt") or self.attempt
-            self.undelivered = data.get("undelivered") or self.undelivered
-            self.preempted = data.get("preempted") or self.preempted
+            for key, _ in ATTEMPTS_APART:
+                self.apart[key] = data.get(key) or self.apart.get(key, 0)
             self.error = data.get("error")
             if self.status != JobState.PENDING:
                 self.wait_reason = self.queue_position = None

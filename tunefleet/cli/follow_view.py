@@ -19,7 +19,14 @@ from rich.table import Table
 from rich.text import Text
 
 from tunefleet.cli.follow import JobWatch
-from tunefleet.cli.output import NONE, duration, parse_time, plain, status_text
+from tunefleet.cli.output import (
+    NONE,
+    attempts_apart,
+    duration,
+    parse_time,
+    plain,
+    status_text,
+)
 from tunefleet.fsm.job import JobState
 
 BAR_WIDTH = 32
@@ -36,15 +43,14 @@ def _loss(progress: dict[str, Any]) -> str | None:
 
 def _attempt(watch: JobWatch) -> str:
     """'attempt 2 of 4' counts retries spent, as `jobs list` does: a dispatch that never
-    reached its worker spends none and is counted apart ('(1 not delivered)')."""
+    reached its worker, a preempted attempt and one the infrastructure ended spend none
+    and are counted apart ('(1 not delivered)')."""
     if not watch.attempt:
         return ""
-    number = max(1, watch.attempt - watch.undelivered - watch.preempted)
+    spent_none, notes = attempts_apart(watch.apart)
+    number = max(1, watch.attempt - spent_none)
     of = f" of {watch.max_attempts}" if watch.max_attempts else ""
-    notes = [f"{watch.undelivered} not delivered"] if watch.undelivered else []
-    notes += [f"{watch.preempted} preempted"] if watch.preempted else []
-    apart = f" ({', '.join(notes)})" if notes else ""
-    return f"attempt {number}{of}{apart}"
+    return f"attempt {number}{of}" + (f" ({notes})" if notes else "")
 
 
 def state_line(watch: JobWatch) -> str:

@@ -19,6 +19,7 @@ from tunefleet.cli.job_metrics import metrics
 from tunefleet.cli.options import call, connection_options, json_option, parse_pairs
 from tunefleet.cli.output import (
     NONE,
+    attempts_apart,
     console,
     no_match,
     paging_footer,
@@ -306,16 +307,12 @@ def _requirements(job: dict[str, Any]) -> str:
 
 
 def attempts_text(job: dict[str, Any]) -> str:
-    """Attempts used of those allowed. A dispatch that never reached its worker, or a
-    preempted attempt, spends no retry, so it is counted apart: "3 of 1" would read as a
-    bug."""
-    undelivered = job.get("undelivered") or 0
-    preempted = job.get("preempted") or 0
-    used = (job.get("attempts") or 0) - undelivered - preempted
-    text = f"{used} of {(job.get('max_retries') or 0) + 1}"
-    apart = [f"{undelivered} not delivered"] if undelivered else []
-    apart += [f"{preempted} preempted"] if preempted else []
-    return f"{text} ({', '.join(apart)})" if apart else text
+    """Attempts used of those allowed. A dispatch that never reached its worker, a
+    preempted attempt and one the infrastructure ended spend no retry, so they are counted
+    apart: "3 of 1" would read as a bug."""
+    spent_none, notes = attempts_apart(job)
+    text = f"{(job.get('attempts') or 0) - spent_none} of {(job.get('max_retries') or 0) + 1}"
+    return f"{text} ({notes})" if notes else text
 
 
 def _print_job(job: dict[str, Any]) -> None:

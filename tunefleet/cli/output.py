@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import click
 from rich.console import Console
@@ -39,6 +39,21 @@ STATUS_STYLES: dict[str, str] = {
 
 
 PIPE_WIDTH = 240
+
+
+# The queue API's counts of a job's attempts that spent no retry, and how each reads.
+ATTEMPTS_APART: Final = (
+    ("undelivered", "not delivered"),
+    ("preempted", "preempted"),
+    ("infrastructure_failures", "infrastructure"),
+)
+
+
+def attempts_apart(counts: Mapping[str, Any]) -> tuple[int, str]:
+    """How many of a job's attempts spent no retry, and the note saying which:
+    ``(2, "1 not delivered, 1 infrastructure")``."""
+    found = [(counts.get(key) or 0, label) for key, label in ATTEMPTS_APART]
+    return sum(n for n, _ in found), ", ".join(f"{n} {label}" for n, label in found if n)
 
 
 def console(stderr: bool = False) -> Console:

@@ -56,6 +56,7 @@ class Job(TypedDict):
     attempts: int
     undelivered: int
     preempted: int  # attempts ended by a preemption (they spend no retry)
+    infrastructure_failures: int  # attempts the infrastructure ended (--infra-retries)
     max_retries: int
     gpu_count: int | None
     user: str | None

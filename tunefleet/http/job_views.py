@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunefleet.actors.persistence import UNDELIVERED
 from tunefleet.actors.records import iso
-from tunefleet.fsm.job import PREEMPTED, TERMINAL_JOB_STATES, JobState
+from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.http.schemas_queue import hide_env_values
-from tunefleet.storage.rows import JobAttemptRow, JobEventRow, JobLogRow, JobRow
+from tunefleet.storage.rows import (
+    AttemptsApart,
+    JobAttemptRow,
+    JobEventRow,
+    JobLogRow,
+    JobRow,
+    attempts_apart,
+)
 from tunefleet.usage import AttemptSpan, attempt_gpu_seconds
 
 
-def job_summary(row: JobRow, undelivered: int = 0, preempted: int = 0) -> dict[str, Any]:
-    """`undelivered`: how many of the row's attempts never reached their worker;
-    `preempted`: how many were preempted (neither spent a retry)."""
+def job_summary(row: JobRow, apart: AttemptsApart | None = None) -> dict[str, Any]:
+    """`apart`: the row's attempts that spent no retry (never delivered, preempted, ended
+    by the infrastructure)."""
+    apart = apart or AttemptsApart()
     return {
         "job_id": row.id,
         "name": row.name,
@@ -24,8 +31,9 @@ def job_summary(row: JobRow, undelivered: int = 0, preempted: int = 0) -> dict[s
         "worker_id": row.worker_id,
         "priority": row.priority,
         "attempts": row.attempts,
-        "undelivered": undelivered,
-        "preempted": preempted,
+        "undelivered": apart.undelivered,
+        "preempted": apart.preempted,
+        "infrastructure_failures": apart.infrastructure,
         "max_retries": row.max_retries,
         "gpu_count": row.gpu_count,
         "min_vram_gb": row.min_vram_gb,
@@ -52,9 +60,7 @@ def job_detail(
     """`now`: what a running attempt's GPU-seconds count up to."""
     return {
         **job_summary(
-            row,
-            sum(a.outcome == UNDELIVERED for a in attempts),
-            sum(a.outcome == PREEMPTED for a in attempts),
+            row, attempts_apart((a.job_id, a.outcome, a.kind, 1) for a in attempts).get(row.id)
         ),
         "config": row.config,
         "dataloader": row.dataloader,

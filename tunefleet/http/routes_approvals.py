@@ -119,7 +119,7 @@ async def list_approvals(request: web.Request) -> web.StreamResponse:
         state=JobState.PENDING_APPROVAL, order="seq", limit=_MAX_LISTED
     )
     mine = [
-        {**job_summary(row, 0), "wait_reason": row.wait_reason}
+        {**job_summary(row), "wait_reason": row.wait_reason}
         for row in rows
         if may_decide(principal, row)
     ]

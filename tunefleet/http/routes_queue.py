@@ -9,11 +9,10 @@ from typing import Any
 from aiohttp import web
 
 from tunefleet.actors.matching import job_gpu_count_from_config
-from tunefleet.actors.persistence import UNDELIVERED
 from tunefleet.actors.queue_views import counts_by, live_jobs
 from tunefleet.actors.records import JobRecord
 from tunefleet.commands import chooses_program
-from tunefleet.fsm.job import PREEMPTED, JobState
+from tunefleet.fsm.job import JobState
 from tunefleet.http import keys
 from tunefleet.http.approval_access import approval_hold
 from tunefleet.http.auth import QUEUE_COMMAND, require_api
@@ -168,9 +167,8 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
     rows = await store.list_jobs(**filters, limit=query.limit, offset=query.offset)
     total = await store.count_jobs(**filters)
     ids = [row.id for row in rows]
-    undelivered = await store.count_attempts_by_outcome(ids, UNDELIVERED)
-    preempted = await store.count_attempts_by_outcome(ids, PREEMPTED)
-    jobs = [job_summary(r, undelivered.get(r.id, 0), preempted.get(r.id, 0)) for r in rows]
+    apart = await store.count_attempts_apart(ids)
+    jobs = [job_summary(r, apart.get(r.id)) for r in rows]
     return web.json_response(
         {"jobs": jobs, "total": total, "limit": query.limit, "offset": query.offset}
     )

@@ -194,6 +194,11 @@ class JobSummary(ResponseModel):
         default=0, description="Dispatches that never reached their worker (spent no retry)"
     )
     preempted: int = Field(default=0, description="Attempts that were preempted (spent no retry)")
+    infrastructure_failures: int = Field(
+        default=0,
+        description="Attempts the infrastructure ended (worker lost, OOM-killed, CUDA, Xid, "
+        "disk full): they spend the server's --infra-retries, not a retry",
+    )
     max_retries: int = 3
     gpu_count: int = 1
     min_vram_gb: float | None = None

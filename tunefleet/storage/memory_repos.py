@@ -32,12 +32,14 @@ from tunefleet.storage.models import (
 )
 from tunefleet.storage.rows import (
     ApiTokenRow,
+    AttemptsApart,
     JobAttemptRow,
     JobEventRow,
     JobLogRow,
     JobRow,
     WorkerRow,
     WorkerTokenRow,
+    attempts_apart,
 )
 from tunefleet.storage.store_base import MAX_PAGE, JobOwner, Now, Viewer, page, state_set
 from tunefleet.storage.store_jobs import (
@@ -382,13 +384,13 @@ class MemoryJobRepo(JobRepo):
         found = [row for (job, _), row in self._t.attempts.items() if job == job_id]
         return [fresh(row) for row in sorted(found, key=lambda r: r.number)]
 
-    def count_attempts_by_outcome(self, job_ids: Collection[str], outcome: str) -> dict[str, int]:
+    def count_attempts_apart(self, job_ids: Collection[str]) -> dict[str, AttemptsApart]:
         wanted = set(job_ids)
-        counts: dict[str, int] = {}
-        for (job, _), row in self._t.attempts.items():
-            if job in wanted and row.outcome == outcome:
-                counts[job] = counts.get(job, 0) + 1
-        return counts
+        return attempts_apart(
+            (job, row.outcome, row.kind, 1)
+            for (job, _), row in self._t.attempts.items()
+            if job in wanted
+        )
 
     # --- timeline -----------------------------------------------------------------------
 

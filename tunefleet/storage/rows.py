@@ -9,12 +9,13 @@ as `job_id`, `worker` as `worker_id`. Frozen is shallow: do not mutate the dicts
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import peewee as pw
 
+from tunefleet.fsm.failure_kinds import KIND_OF_OUTCOME, FailureKind
 from tunefleet.storage.models import stored_as_is
 
 R = TypeVar("R")
@@ -173,6 +174,48 @@ class JobAttemptRow:
     log_lines_dropped: int = 0
     kind: str | None = None
     signature: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptsApart:
+    """A job's attempts that spent no retry (tunefleet/fsm/job.py): dispatches that never
+    reached their worker, preempted attempts, and those the infrastructure ended (they
+    spend --infra-retries instead)."""
+
+    undelivered: int = 0
+    preempted: int = 0
+    infrastructure: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.undelivered + self.preempted + self.infrastructure
+
+
+# Attempt outcomes that spent no retry; an attempt of any outcome whose kind is
+# infrastructure spent none either (attempts from before kinds were stored have none, and
+# count as they did then).
+APART_OUTCOMES: Final = frozenset(
+    outcome
+    for outcome, kind in KIND_OF_OUTCOME.items()
+    if kind in (FailureKind.UNDELIVERED, FailureKind.PREEMPTED)
+)
+
+
+def attempts_apart(
+    counts: Iterable[tuple[str, str | None, str | None, int]],
+) -> dict[str, AttemptsApart]:
+    """(job, outcome, kind, how many) → each job's AttemptsApart."""
+    found: dict[str, dict[str, int]] = {}
+    for job_id, outcome, kind, n in counts:
+        if outcome in APART_OUTCOMES:
+            key = KIND_OF_OUTCOME[outcome].value
+        elif kind == FailureKind.INFRASTRUCTURE:
+            key = "infrastructure"
+        else:
+            continue
+        tally = found.setdefault(job_id, {})
+        tally[key] = tally.get(key, 0) + n
+    return {job_id: AttemptsApart(**tally) for job_id, tally in found.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from tunefleet.fsm.worker import WorkerState
 from tunefleet.storage.log_quota import LogAppend
 from tunefleet.storage.rows import (
     ApiTokenRow,
+    AttemptsApart,
     AuditEventRow,
     JobAttemptRow,
     JobEventRow,
@@ -347,10 +348,8 @@ class Store:
     async def list_attempts(self, job_id: str) -> list[JobAttemptRow]:
         return await self.db.read(partial(self._jobs.attempts, job_id))
 
-    async def count_attempts_by_outcome(
-        self, job_ids: Collection[str], outcome: str
-    ) -> dict[str, int]:
-        return await self.db.read(partial(self._jobs.count_attempts_by_outcome, job_ids, outcome))
+    async def count_attempts_apart(self, job_ids: Collection[str]) -> dict[str, AttemptsApart]:
+        return await self.db.read(partial(self._jobs.count_attempts_apart, job_ids))
 
     async def append_job_event(
         self,

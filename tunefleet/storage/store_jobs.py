@@ -7,6 +7,7 @@ from typing import Any, Literal, Protocol
 
 import peewee as pw
 
+from tunefleet.fsm.failure_kinds import FailureKind
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.log_quota import LogAppend, quota_marker, split_at_quota
@@ -17,10 +18,13 @@ from tunefleet.storage.models import (
     JobLog,
 )
 from tunefleet.storage.rows import (
+    APART_OUTCOMES,
+    AttemptsApart,
     JobAttemptRow,
     JobEventRow,
     JobLogRow,
     JobRow,
+    attempts_apart,
     first_of,
     inserted,
     rows_of,
@@ -323,17 +327,23 @@ class JobRepo:
         query = JobAttempt.select().where(JobAttempt.job == job_id).order_by(JobAttempt.number)
         return rows_of(JobAttemptRow, query)
 
-    def count_attempts_by_outcome(self, job_ids: Collection[str], outcome: str) -> dict[str, int]:
-        """How many attempts of each job ended with `outcome` (jobs with none are left out):
-        one query for a page of jobs, not one per job."""
+    def count_attempts_apart(self, job_ids: Collection[str]) -> dict[str, AttemptsApart]:
+        """Each job's attempts that spent no retry (jobs with none are left out): one
+        query for a page of jobs, not one per job."""
         if not job_ids:
             return {}
         query: Any = (
-            JobAttempt.select(JobAttempt.job, pw.fn.COUNT(JobAttempt.id))
-            .where(JobAttempt.job.in_(list(job_ids)), JobAttempt.outcome == outcome)
-            .group_by(JobAttempt.job)
+            JobAttempt.select(JobAttempt.job, JobAttempt.outcome, JobAttempt.kind, pw.fn.COUNT())
+            .where(
+                JobAttempt.job.in_(list(job_ids)),
+                JobAttempt.outcome.in_(list(APART_OUTCOMES))
+                | (JobAttempt.kind == FailureKind.INFRASTRUCTURE),
+            )
+            .group_by(JobAttempt.job, JobAttempt.outcome, JobAttempt.kind)
         )
-        return {job_id: int(n) for job_id, n in query.tuples()}
+        return attempts_apart(
+            (job, outcome, kind, int(n)) for job, outcome, kind, n in query.tuples()
+        )
 
     # --- timeline -----------------------------------------------------------------------
 

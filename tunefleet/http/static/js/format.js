@@ -64,14 +64,20 @@ export function plural(n, word, many = `${word}s`) {
 }
 
 // Retries spent against the attempts allowed: a dispatch that never reached its worker
-// (`undelivered`) or was preempted spends none, so it is counted apart, else "3 / 1"
+// (`undelivered`), a preempted attempt and one the infrastructure ended (it spends the
+// server's --infra-retries instead) spend none, so they are counted apart, else "3 / 1"
 // would read as a bug.
+const ATTEMPTS_APART = [
+  ['undelivered', 'not delivered'],
+  ['preempted', 'preempted'],
+  ['infrastructure_failures', 'infrastructure'],
+];
+
 export function attemptsText(job, of = '/') {
-  const undelivered = job.undelivered ?? 0;
-  const preempted = job.preempted ?? 0;
-  const text = `${job.attempts - undelivered - preempted} ${of} ${job.max_retries + 1}`;
-  const apart = [undelivered > 0 && `${undelivered} not delivered`, preempted > 0 && `${preempted} preempted`].filter(Boolean);
-  return apart.length ? `${text} (${apart.join(', ')})` : text;
+  const apart = ATTEMPTS_APART.map(([key, label]) => [job[key] ?? 0, label]).filter(([n]) => n > 0);
+  const spentNone = apart.reduce((sum, [n]) => sum + n, 0);
+  const text = `${job.attempts - spentNone} ${of} ${job.max_retries + 1}`;
+  return apart.length ? `${text} (${apart.map(([n, label]) => `${n} ${label}`).join(', ')})` : text;
 }
 
 export function percentOf(progress) {

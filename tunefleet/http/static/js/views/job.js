@@ -351,6 +351,7 @@ export function mount(main, { args }) {
       if (data.attempt !== undefined) job.attempts = data.attempt;
       if (data.undelivered !== undefined) job.undelivered = data.undelivered;
       if (data.preempted !== undefined) job.preempted = data.preempted;
+      if (data.infrastructure_failures !== undefined) job.infrastructure_failures = data.infrastructure_failures;
       // The whole object (null once requeued): job_progress events then merge into it.
       if (data.progress !== undefined) job.progress = data.progress;
       if (data.error !== undefined) job.error = data.error;

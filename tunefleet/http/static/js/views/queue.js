@@ -135,7 +135,7 @@ export function mount(main, { params }) {
       render: (j) => (j.worker_id ? h('span', { class: 'nowrap', title: j.worker_id }, fleet.nameOf(j.worker_id)) : h('span', { class: 'faint' }, j.target === 'local' ? 'local' : '—')),
     },
     {
-      label: 'Attempt', className: 'nowrap', sig: (j) => `${j.attempts}|${j.undelivered}|${j.preempted}|${j.max_retries}`,
+      label: 'Attempt', className: 'nowrap', sig: (j) => `${j.attempts}|${j.undelivered}|${j.preempted}|${j.infrastructure_failures}|${j.max_retries}`,
       render: (j) => h('span', { title: `${j.attempts} dispatch(es); up to ${j.max_retries} retr${j.max_retries === 1 ? 'y' : 'ies'}` }, attemptsText(j)),
     },
     { label: 'Wait', className: 'nowrap', sig: (j) => duration(waitSeconds(j, now())), render: (j) => duration(waitSeconds(j, now())) },
@@ -231,6 +231,7 @@ export function mount(main, { params }) {
           attempts: data.attempt ?? job.attempts,
           undelivered: data.undelivered ?? job.undelivered,
           preempted: data.preempted ?? job.preempted,
+          infrastructure_failures: data.infrastructure_failures ?? job.infrastructure_failures,
           // The whole object (null once requeued): job_progress events then merge into it.
           progress: data.progress !== undefined ? data.progress : job.progress,
           error: data.error !== undefined ? data.error : job.error,
