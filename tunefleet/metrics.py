@@ -82,7 +82,7 @@ class Metrics:
         self.attempt_failures = Counter(
             "attempt_failures",
             "Attempts that ended without completing, by kind (job_error, infrastructure, "
-            "timeout, cancelled, preempted, undelivered).",
+            "worker_shutdown, timeout, cancelled, preempted, undelivered).",
             ["kind"],
             namespace=NAMESPACE,
             registry=r,

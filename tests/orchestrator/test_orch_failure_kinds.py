@@ -180,6 +180,34 @@ async def test_three_infrastructure_failures_quarantine_the_worker(
         await harness.fleet.release_quarantine(bad.worker_id, "admin")
 
 
+async def test_an_agent_shutting_down_spends_the_budget_but_never_quarantines(
+    harness: FleetHarness,
+) -> None:
+    """A spot instance reclaimed, or an operator's SIGTERM: the agent stops its job and
+    says cancelled. Three in an hour are not a broken machine (no quarantine), but each
+    spends the job's infrastructure budget as a lost worker does (infra_retries=1)."""
+    spot = await harness.agent("spot")
+    for _ in range(3):
+        job_id = await harness.submit(max_retries=0)
+        assert (await harness.job(job_id)).worker_id == spot.worker_id
+        await spot.report(job_id, "running")
+        await spot.report(job_id, "cancelled", error="agent shutting down")
+        await spot.report(job_id, "running")  # dispatched to it again: the only worker
+        await spot.report(job_id, "cancelled", error="agent shutting down")
+        job = await harness.job(job_id)
+        assert job.state == "failed"
+        assert job.error is not None and job.error.endswith(
+            "no retries left for infrastructure failures (infra_retries=1)"
+        )
+        attempts = await harness.attempts(job_id)
+        assert [(a.outcome, a.kind) for a in attempts] == [
+            ("lost", "worker_shutdown"),
+            ("failed", "worker_shutdown"),  # its last: the job failed with it
+        ]
+        await pass_minutes(spot, 5)
+    assert not harness.worker(spot.worker_id).quarantined
+
+
 async def test_a_quarantine_by_hand_keeps_the_current_job_and_survives_a_restart(
     harness: FleetHarness,
 ) -> None:

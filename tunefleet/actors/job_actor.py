@@ -20,7 +20,7 @@ from tunefleet.actors.retry_policy import avoided_workers, shunned_workers
 from tunefleet.actors.runtime import Actor
 from tunefleet.audit import AuditEntry, AuditKind
 from tunefleet.errors import Conflict, Forbidden
-from tunefleet.fsm.failure_kinds import Classified, FailureKind
+from tunefleet.fsm.failure_kinds import INFRA_BUDGET_KINDS, Classified, FailureKind
 from tunefleet.fsm.job import JOB_LIFECYCLE, JobFsmMixin, JobState
 from tunefleet.protocol.events import JobRequirements, JobSubmitEvent
 from tunefleet.protocol.status import RUNNING_STATUSES, TERMINAL_STATUSES, ReportedStatus
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from tunefleet.actors.worker_actor import WorkerActor
 
 log = structlog.get_logger(__name__)
+
+# The agent stopped the job because it is shutting down (fsm/failure_kinds.py).
+SHUT_DOWN = Classified(FailureKind.WORKER_SHUTDOWN, None)
 
 # What agents say (training already read as running at the wire) or a heartbeat carried.
 _RUNNING_WORDS = RUNNING_STATUSES | {m.HEARTBEAT_PROGRESS}
@@ -384,7 +387,7 @@ class JobActor(JobFsmMixin, Actor):
                 await self.ctx.persistence.save_metrics(self.job_id, self.attempts, reported, now)
             reason = f"worker {self.worker_id} stopped the job: {error}"
             self._release_worker(hold=True)
-            await self._requeue_or_fail(reason, now)
+            await self._requeue_or_fail(reason, now, ended=SHUT_DOWN)
             return
         self._release_worker(hold=True)
         await self._stop_self()
@@ -450,15 +453,16 @@ class JobActor(JobFsmMixin, Actor):
             await self._stop_self()
             return
         worker_id = self.worker_id
-        # Lost or never acknowledged: the worker's; else what the failed report showed.
-        outcome = str(JobState.FAILED) if ended is not None else None
+        # Lost, never acknowledged or shut down: the worker's; else what the failed report
+        # showed.
+        outcome = str(JobState.FAILED) if ended not in (None, SHUT_DOWN) else None
         if ended is None:
             lost = FailureKind.UNDELIVERED if undelivered else FailureKind.INFRASTRUCTURE
             ended = Classified(lost, None)
         if undelivered:
             # Counted before the transition, so its retries_left guard sees it.
             self.undelivered += 1
-        elif ended.kind == FailureKind.INFRASTRUCTURE:
+        elif ended.kind in INFRA_BUDGET_KINDS:
             self.infra_failures += 1  # its own budget, not a retry
         new_state = JOB_LIFECYCLE.fire(self, "lose")
         self._cancel_timers()

@@ -22,7 +22,7 @@ from tunefleet.actors.records import JobRecord, WorkerRecord
 from tunefleet.actors.retry_policy import PastFailure
 from tunefleet.audit import AuditEntry, AuditLog
 from tunefleet.errors import Conflict
-from tunefleet.fsm.failure_kinds import FailureKind
+from tunefleet.fsm.failure_kinds import INFRA_BUDGET_KINDS, FailureKind
 from tunefleet.fsm.job import PREEMPTED, TERMINAL_JOB_STATES, JobState
 from tunefleet.protocol.events import DEFAULT_CANCEL_REASON
 from tunefleet.storage.log_quota import LogAppend
@@ -227,7 +227,7 @@ class Persistence:
                 continue
             kind = FailureKind(attempt.kind)
             job.failures.append(PastFailure(attempt.worker_id, kind, attempt.signature))
-            if kind == FailureKind.INFRASTRUCTURE:
+            if kind in INFRA_BUDGET_KINDS:
                 job.infra_failures += 1
         for event in await self.store.list_job_events(job.job_id):
             if event.kind == "requeued" and event.detail.get(UNDELIVERED):

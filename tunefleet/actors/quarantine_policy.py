@@ -7,8 +7,9 @@ attempt ends that count (within ``within_s``) are all its fault:
 - a job error of a job that then succeeded on another worker.
 
 A completed attempt, or a job error not (yet) shown to be the machine's, ends the run;
-the orchestrator's own endings (cancelled, timeout, undelivered, preempted) say nothing
-about the machine and are skipped. The worker actor keeps the ends (bounded) and asks
+the orchestrator's own endings (cancelled, timeout, undelivered, preempted) and the
+agent's stop as it shuts down (worker_shutdown) say nothing about the machine and are
+skipped. The worker actor keeps the ends (bounded) and asks
 again at each one, and when one of its failed jobs succeeds elsewhere.
 """
 
@@ -25,7 +26,13 @@ DEFAULT_QUARANTINE_WINDOW_S = 3600.0
 KEPT_ENDS = 32
 
 _SILENT = frozenset(
-    {FailureKind.CANCELLED, FailureKind.TIMEOUT, FailureKind.UNDELIVERED, FailureKind.PREEMPTED}
+    {
+        FailureKind.CANCELLED,
+        FailureKind.TIMEOUT,
+        FailureKind.UNDELIVERED,
+        FailureKind.PREEMPTED,
+        FailureKind.WORKER_SHUTDOWN,  # an operator's SIGTERM, a spot reclaim: not broken
+    }
 )
 
 

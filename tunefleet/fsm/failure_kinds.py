@@ -10,6 +10,10 @@ worker reported, and the retry and quarantine policies decide from the result.
 - ``infrastructure``: not the job's fault. The worker was lost; the kernel's OOM killer
   killed the trainer (a SIGKILL nobody asked for, with the agent's cgroup evidence when
   it could read it); CUDA, NCCL or Xid errors in the log; a GPU gone; the disk full.
+- ``worker_shutdown``: the worker's agent stopped the job because it was shutting down
+  (SIGTERM from an operator, a spot or preemptible instance reclaimed). Not the job's
+  fault and not a broken machine: it spends the job's infrastructure budget, as a lost
+  worker does, but never counts towards quarantining the worker.
 - ``timeout``, ``cancelled``, ``preempted``, ``undelivered``: the orchestrator's own
   endings, named after the attempt's outcome.
 
@@ -29,11 +33,15 @@ from typing import Any, Final
 class FailureKind(StrEnum):
     JOB_ERROR = "job_error"
     INFRASTRUCTURE = "infrastructure"
+    WORKER_SHUTDOWN = "worker_shutdown"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     PREEMPTED = "preempted"
     UNDELIVERED = "undelivered"
 
+
+# The kinds that spend a job's infrastructure budget (--infra-retries), not a retry.
+INFRA_BUDGET_KINDS: Final = frozenset({FailureKind.INFRASTRUCTURE, FailureKind.WORKER_SHUTDOWN})
 
 # An attempt's outcome (storage's job_attempt.outcome) to its kind, where the outcome
 # alone decides it. "failed" needs the report (classify_failure); "completed" has none.

@@ -11,8 +11,9 @@ against ``max_retries``, since the job never started. SimpleTuner's agent drops 
 So that an agent which takes jobs and never acknowledges one cannot bounce a job
 forever, the job fails at its ``MAX_UNDELIVERED``-th undelivered dispatch.
 
-An attempt that failed for infrastructure reasons (its worker lost, OOM-killed, CUDA,
-NCCL or Xid errors, a GPU gone, the disk full: tunefleet/failure_kinds.py) is counted in
+An attempt that failed for infrastructure reasons (its worker lost or shut down,
+OOM-killed, CUDA, NCCL or Xid errors, a GPU gone, the disk full:
+tunefleet/fsm/failure_kinds.py) is counted in
 ``infra_failures``, not against ``max_retries``: it has its own budget,
 ``infra_retries`` (the server's --infra-retries). A job error (the trainer failed on
 its own) spends a retry; actors/retry_policy.py fails a job at once whose error repeats

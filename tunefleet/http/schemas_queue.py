@@ -228,8 +228,8 @@ class AttemptView(ResponseModel):
     reason: str | None = None
     kind: str | None = Field(
         default=None,
-        description="Why it ended: job_error, infrastructure, timeout, cancelled, preempted "
-        "or undelivered (none: it completed, or runs)",
+        description="Why it ended: job_error, infrastructure, worker_shutdown, timeout, "
+        "cancelled, preempted or undelivered (none: it completed, or runs)",
     )
     signature: str | None = Field(
         default=None,

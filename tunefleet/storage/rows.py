@@ -15,7 +15,7 @@ from typing import Any, Final, TypeVar
 
 import peewee as pw
 
-from tunefleet.fsm.failure_kinds import KIND_OF_OUTCOME, FailureKind
+from tunefleet.fsm.failure_kinds import INFRA_BUDGET_KINDS, KIND_OF_OUTCOME, FailureKind
 from tunefleet.storage.models import stored_as_is
 
 R = TypeVar("R")
@@ -209,7 +209,7 @@ def attempts_apart(
     for job_id, outcome, kind, n in counts:
         if outcome in APART_OUTCOMES:
             key = KIND_OF_OUTCOME[outcome].value
-        elif kind == FailureKind.INFRASTRUCTURE:
+        elif kind in INFRA_BUDGET_KINDS:
             key = "infrastructure"
         else:
             continue

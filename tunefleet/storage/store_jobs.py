@@ -7,7 +7,7 @@ from typing import Any, Literal, Protocol
 
 import peewee as pw
 
-from tunefleet.fsm.failure_kinds import FailureKind
+from tunefleet.fsm.failure_kinds import INFRA_BUDGET_KINDS
 from tunefleet.fsm.job import TERMINAL_JOB_STATES, JobState
 from tunefleet.storage.errors import AlreadyExists
 from tunefleet.storage.log_quota import LogAppend, quota_marker, split_at_quota
@@ -337,7 +337,7 @@ class JobRepo:
             .where(
                 JobAttempt.job.in_(list(job_ids)),
                 JobAttempt.outcome.in_(list(APART_OUTCOMES))
-                | (JobAttempt.kind == FailureKind.INFRASTRUCTURE),
+                | JobAttempt.kind.in_(list(INFRA_BUDGET_KINDS)),
             )
             .group_by(JobAttempt.job, JobAttempt.outcome, JobAttempt.kind)
         )
