@@ -16,6 +16,7 @@ from tunefleet.fsm.failure_kinds import (
     job_signature,
     kind_of_outcome,
     normalize,
+    says_how,
 )
 
 TRACEBACK = [
@@ -204,3 +205,21 @@ def test_a_job_that_never_ran_is_not_retried(error: str) -> None:
     classified = classify_failure(error)
     assert (classified.kind, classified.retry) == (FailureKind.JOB_ERROR, False)
     assert classify_failure("exit code 1: KeyError: 'x'").retry is True
+
+
+@pytest.mark.parametrize(
+    ("error", "tells"),
+    [
+        ("Training exited with code 1", False),  # SimpleTuner's agent, every failure
+        ("exit code 3", False),  # tunefleet's agent with nothing in the log tail
+        ("Process exited with status 137", False),
+        ("the trainer failed", False),
+        ("exit code 1: ValueError: expected 4 channels, got 3", True),
+        ("killed by signal SIGSEGV", True),
+        ("exit code 1: loss is NaN at step 1200", True),
+    ],
+)
+def test_a_signature_says_how_the_job_failed_or_only_that_it_exited(
+    error: str, tells: bool
+) -> None:
+    assert says_how(job_signature(error)) is tells

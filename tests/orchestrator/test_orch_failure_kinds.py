@@ -126,6 +126,26 @@ async def test_a_poison_job_fails_after_the_same_error_on_two_workers(
     assert "job_error" in kinds
 
 
+async def test_failures_that_say_only_an_exit_code_are_not_poison(
+    harness: FleetHarness,
+) -> None:
+    """SimpleTuner's agent reports every failure as "Training exited with code 1": two
+    of them on two workers are not known to be the same bug, so the job spends its
+    retries as it would have before signatures (max_retries=2: three attempts)."""
+    agents = {a.worker_id: a for a in [await harness.agent(n) for n in ("a", "b", "c")]}
+    job_id = await harness.submit(max_retries=2)
+    ran_on = []
+    for _ in range(3):
+        job = await harness.job(job_id)
+        assert job.state == "dispatched", job.error
+        ran_on.append(job.worker_id)
+        await fail(agents[str(job.worker_id)], job_id, "Training exited with code 1")
+    job = await harness.job(job_id)
+    assert job.state == "failed"
+    assert job.error == "Training exited with code 1; no retries left (max_retries=2)"
+    assert len(set(ran_on)) == 3, "each retry went elsewhere"
+
+
 async def test_a_retry_waits_for_another_worker_rather_than_go_back_and_says_why(
     harness: FleetHarness,
 ) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from tunefleet.fsm.failure_kinds import FailureKind
+from tunefleet.fsm.failure_kinds import FailureKind, says_how
 
 # The kinds that say something about the worker the attempt ran on.
 _WORKER_FAULTS = frozenset({FailureKind.JOB_ERROR, FailureKind.INFRASTRUCTURE})
@@ -34,8 +34,13 @@ class PastFailure:
 
 def poison_verdict(history: Sequence[PastFailure], failure: PastFailure) -> str | None:
     """The job's error when ``failure`` repeats an earlier job error's signature on a
-    different worker; None when the job may still be retried."""
-    if failure.kind != FailureKind.JOB_ERROR or failure.worker_id is None:
+    different worker; None when the job may still be retried (always, when the signature
+    says only that the trainer exited: then it spends its retries as before)."""
+    if (
+        failure.kind != FailureKind.JOB_ERROR
+        or failure.worker_id is None
+        or not says_how(failure.signature)
+    ):
         return None
     for past in history:
         if (

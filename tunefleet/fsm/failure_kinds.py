@@ -140,6 +140,14 @@ _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _UUIDISH = re.compile(r"\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
 _NUMBER = re.compile(r"(?<![A-Za-z_0-9])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _SPACE = re.compile(r"\s+")
+# A signature that says only that the trainer's process ended with some code, as
+# SimpleTuner's agent reports every failure ("Training exited with code N"), or an agent
+# with no log tail to read ("exit code N"): any two failures read the same.
+_ONLY_AN_EXIT = re.compile(
+    r"^(?:the )?(?:\w+ )?(?:exited|exit|failed|terminated)(?: with)?"
+    r"(?: (?:exit )?(?:code|status))?(?: N)?\.?$",
+    re.IGNORECASE,
+)
 
 
 def kind_of_outcome(outcome: str) -> FailureKind | None:
@@ -197,6 +205,13 @@ def job_signature(error: str | None, log_tail: Sequence[str] = ()) -> str:
     if match is not None and match.group(2):
         text = f"{match.group(1)}: {match.group(2)}"
     return normalize(text or (error or "the trainer failed"))
+
+
+def says_how(signature: str | None) -> bool:
+    """Whether a job error's signature says how the job failed (an exception, a
+    message, a signal), not only that its process exited: only such signatures tell that
+    two failures on two workers are the same bug (poison)."""
+    return bool(signature) and _ONLY_AN_EXIT.match(signature or "") is None
 
 
 def normalize(text: str) -> str:
