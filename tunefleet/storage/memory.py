@@ -26,7 +26,7 @@ from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, Me
 from tunefleet.storage.memory_tables import MemoryDatabase
 from tunefleet.storage.memory_users import MemoryUsageRepo, MemoryUserRepo
 from tunefleet.storage.memory_webhooks import MemoryWebhookRepo
-from tunefleet.storage.migrations import FIRST_ADMIN_USER, FIRST_TEAM
+from tunefleet.storage.migration_steps import FIRST_ADMIN_USER, FIRST_TEAM
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_base import Now
 from tunefleet.storage.store_users import ADMIN_ROLE
