@@ -11,6 +11,7 @@ import psycopg2
 
 from tunefleet.storage.database import Database
 from tunefleet.storage.models import database_proxy
+from tunefleet.storage.rows import AttemptsApart
 from tunefleet.storage.store import Store
 from tunefleet.storage.urls import build_peewee_database, parse_database_url
 
@@ -72,3 +73,26 @@ async def kill_connection(db: Database) -> None:
             cursor.execute("SELECT pg_terminate_backend(%s)", (pid,))
     finally:
         admin.close()
+
+
+async def count_attempts_apart_of_a_page(store: Store) -> None:
+    """Undelivered and preempted attempts by their outcome; infrastructure failures and
+    shutdowns by their kind (a lost attempt from before kinds were stored has none and
+    spent a retry then)."""
+    for job_id, ends in {
+        "j_1": [("undelivered", None), ("lost", None), ("undelivered", None)],
+        "j_2": [("lost", "infrastructure"), ("failed", "infrastructure"), ("preempted", None)],
+        "j_4": [("failed", "job_error"), ("lost", "worker_shutdown"), ("completed", None)],
+    }.items():
+        await store.create_job(job_id, config={})
+        for number, (outcome, kind) in enumerate(ends, start=1):
+            await store.start_attempt(job_id, number, worker_id="w_1")
+            await store.end_attempt(job_id, number, outcome=outcome, kind=kind)
+    await store.create_job("j_3", config={})
+    assert await store.count_attempts_apart(["j_1", "j_2", "j_3", "j_4"]) == {
+        "j_1": AttemptsApart(undelivered=2),
+        "j_2": AttemptsApart(preempted=1, infrastructure=2),
+        "j_4": AttemptsApart(infrastructure=1),
+    }
+    assert await store.count_attempts_apart(["j_1"]) == {"j_1": AttemptsApart(undelivered=2)}
+    assert await store.count_attempts_apart([]) == {}

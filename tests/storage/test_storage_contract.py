@@ -20,7 +20,7 @@ from typing import Any
 
 import peewee as pw
 import pytest
-from storage_testkit import Line, race_to_dispatch
+from storage_testkit import Line, count_attempts_apart_of_a_page, race_to_dispatch
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists, DatabaseClosed
@@ -30,7 +30,7 @@ from tunefleet.storage.memory_limits import MemoryLimitRepo
 from tunefleet.storage.memory_records import MemoryArtifactRepo, MemoryAuditRepo, MemoryMetricRepo
 from tunefleet.storage.memory_repos import MemoryApiTokenRepo, MemoryJobRepo, MemoryWorkerRepo
 from tunefleet.storage.memory_users import MemoryUsageRepo, MemoryUserRepo
-from tunefleet.storage.rows import AttemptsApart, TeamRow, UserRow
+from tunefleet.storage.rows import TeamRow, UserRow
 from tunefleet.storage.store import Repos, Store
 from tunefleet.storage.store_approvals import ApprovalRuleRepo
 from tunefleet.storage.store_artifacts import ArtifactRepo, ArtifactRow
@@ -189,26 +189,7 @@ async def test_an_insert_without_the_row_back_stores_what_its_row_returning_twin
 async def test_attempts_that_spent_no_retry_are_counted_for_a_page_of_jobs(
     store: Store,
 ) -> None:
-    """Undelivered and preempted by their outcome; infrastructure failures by their kind
-    (a lost attempt from before kinds were stored has none and spent a retry then)."""
-    for job_id, ends in {
-        "j_1": [("undelivered", None), ("lost", None), ("undelivered", None)],
-        "j_2": [("lost", "infrastructure"), ("failed", "infrastructure"), ("preempted", None)],
-        "j_4": [("failed", "job_error"), ("completed", None)],
-    }.items():
-        await store.create_job(job_id, config={})
-        for number, (outcome, kind) in enumerate(ends, start=1):
-            await store.start_attempt(job_id, number, worker_id="w_1")
-            await store.end_attempt(job_id, number, outcome=outcome, kind=kind)
-    await store.create_job("j_3", config={})
-    assert await store.count_attempts_apart(["j_1", "j_2", "j_3", "j_4"]) == {
-        "j_1": AttemptsApart(undelivered=2),
-        "j_2": AttemptsApart(preempted=1, infrastructure=2),
-    }
-    assert await store.count_attempts_apart(["j_2"]) == {
-        "j_2": AttemptsApart(preempted=1, infrastructure=2)
-    }
-    assert await store.count_attempts_apart([]) == {}
+    await count_attempts_apart_of_a_page(store)
 
 
 async def test_after_commit_follows_a_kept_write_before_its_caller_hears(store: Store) -> None:

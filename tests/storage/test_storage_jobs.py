@@ -7,7 +7,7 @@ from pathlib import Path
 
 import peewee as pw
 import pytest
-from storage_testkit import DbTarget, Line, race_to_dispatch
+from storage_testkit import DbTarget, Line, count_attempts_apart_of_a_page, race_to_dispatch
 
 from tunefleet.storage.database import open_database
 from tunefleet.storage.errors import AlreadyExists
@@ -185,6 +185,10 @@ async def test_attempts_start_ack_end(store: Store, clock: list[float]) -> None:
     )
     with pytest.raises(pw.IntegrityError):
         await store.start_attempt("j_missing", 1, worker_id="w_1")
+
+
+async def test_attempts_that_spent_no_retry_are_counted_in_one_query(store: Store) -> None:
+    await count_attempts_apart_of_a_page(store)
 
 
 async def test_timeline_in_order(store: Store, clock: list[float]) -> None:

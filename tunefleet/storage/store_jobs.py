@@ -333,11 +333,13 @@ class JobRepo:
         if not job_ids:
             return {}
         query: Any = (
-            JobAttempt.select(JobAttempt.job, JobAttempt.outcome, JobAttempt.kind, pw.fn.COUNT())
+            JobAttempt.select(
+                JobAttempt.job, JobAttempt.outcome, JobAttempt.kind, pw.fn.COUNT(JobAttempt.id)
+            )
             .where(
                 JobAttempt.job.in_(list(job_ids)),
-                JobAttempt.outcome.in_(list(APART_OUTCOMES))
-                | JobAttempt.kind.in_(list(INFRA_BUDGET_KINDS)),
+                JobAttempt.outcome.in_(sorted(APART_OUTCOMES))
+                | JobAttempt.kind.in_(sorted(kind.value for kind in INFRA_BUDGET_KINDS)),
             )
             .group_by(JobAttempt.job, JobAttempt.outcome, JobAttempt.kind)
         )
