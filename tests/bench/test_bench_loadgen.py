@@ -60,12 +60,15 @@ def test_three_workers_take_jobs_and_heartbeat_over_the_real_protocol(
     reply = gen.call("dispatch", samples=3, gap_s=0.05, timeout_s=30)
     latencies = reply["result"]["latencies_ms"]
     assert len(latencies) == 3 and all(0 < ms < 10_000 for ms in latencies)
-    # The CPU of both processes is measured around every command.
-    assert reply["server_cpu_s"] > 0 and reply["server_rss"] > 0
+    # The CPU of both processes is measured around every command (three dispatches may
+    # take less than the kernel's 10 ms tick of the server's CPU: counted, maybe as 0).
+    assert reply["server_cpu_s"] >= 0 and reply["server_rss"] > 0
     assert reply["loadgen_cpu_s"] > 0
 
-    beats = gen.call("heartbeats", duration_s=0.3, concurrency=2, timeout_s=20)["result"]
+    reply = gen.call("heartbeats", duration_s=0.3, concurrency=2, timeout_s=20)
+    beats = reply["result"]
     assert beats["done"] > 0 and set(beats["statuses"]) == {"200"}
+    assert reply["server_cpu_s"] > 0  # 0.3 s of heartbeats: many ticks
 
     status = gen.call("status")["result"]
     assert status["streams"] == 3 and status["errors"] == {}

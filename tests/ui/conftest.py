@@ -44,9 +44,11 @@ def ui_configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_tiny_config(
         configs, "tiny-checkpoints", max_train_steps=30, step_seconds=0.02, checkpointing_steps=10
     )
-    # ~10 s: long enough to be preempted while it runs (it checkpoints on SIGTERM).
+    # ~60 s: preempted while it runs (it checkpoints on SIGTERM), and still running when
+    # its test cancels it after the resume, however loaded the machine (each test cancels
+    # it, so the length costs nothing; at 10 s a full run once saw it complete first).
     write_tiny_config(
-        configs, "tiny-preempt", max_train_steps=200, step_seconds=0.05, checkpointing_steps=50
+        configs, "tiny-preempt", max_train_steps=1200, step_seconds=0.05, checkpointing_steps=50
     )
     return configs
 
