@@ -24,7 +24,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("actors/runtime.py", "running"): "an actor task's own state in its repr",
     ("http/routes_ops.py", "starting"): "the server's readiness answer while it loads",
     ("storage/schema_v1.py", "pending"): "migration 1's frozen schema never follows the enums",
-    ("storage/migration_steps.py", "pending"): "migration 16's frozen default: a webhook delivery's",
+    ("storage/migration_steps.py", "pending"): "migration 16's frozen webhook delivery default",
     ("webhooks/policy.py", "pending"): "a webhook delivery's own state (DeliveryState)",
     ("webhooks/policy.py", "failed"): "a webhook delivery's own state (DeliveryState)",
     ("webhooks/chat.py", "completed"): "the verb of a chat sentence ('j_12 ... completed')",
