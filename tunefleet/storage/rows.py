@@ -186,10 +186,6 @@ class AttemptsApart:
     preempted: int = 0
     infrastructure: int = 0
 
-    @property
-    def total(self) -> int:
-        return self.undelivered + self.preempted + self.infrastructure
-
 
 # Attempt outcomes that spent no retry; an attempt of any outcome whose kind is
 # infrastructure spent none either (attempts from before kinds were stored have none, and
