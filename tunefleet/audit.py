@@ -108,6 +108,7 @@ class AuditKind(StrEnum):
     WEBHOOK_CREATED = "webhook.created"
     WEBHOOK_DELETED = "webhook.deleted"
     WEBHOOK_ENABLED = "webhook.enabled"
+    WEBHOOK_SECRET_ROTATED = "webhook.secret_rotated"
     WEBHOOK_REDELIVERED = "webhook.redelivered"
 
 

@@ -1,5 +1,6 @@
-"""`tunefleet webhooks add|list|test|deliveries|remove` against a real orchestrator (the
-shared one runs without --webhooks-allow-private, so loopback is refused)."""
+"""`tunefleet webhooks add|list|test|deliveries|rotate-secret|remove` against a real
+orchestrator (the shared one runs without --webhooks-allow-private, so loopback is
+refused)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,16 @@ def test_add_list_test_deliveries_and_remove(tf: Invoke) -> None:
         log = json.loads(_ok(tf, "webhooks", "deliveries", hook_id, "--json").stdout)
         assert [d["event"] for d in log["deliveries"]] == ["webhook.test"]
         assert "webhook.test" in _ok(tf, "webhooks", "deliveries", hook_id).stdout
+        rotated = _ok(tf, "webhooks", "rotate-secret", hook_id).stdout
+        assert rotated.startswith(f"Webhook {hook_id} signs with a new secret")
+        new = rotated.strip().split()[-1]
+        assert new.startswith("whsec_") and new != secret
+        given = json.loads(
+            _ok(tf, "webhooks", "rotate-secret", hook_id, "--secret", "s" * 20, "--json").stdout
+        )
+        assert given["secret"] == "s" * 20
+        short = tf("webhooks", "rotate-secret", hook_id, "--secret", "short")
+        assert short.exit_code != 0 and "16" in short.output
     finally:
         _ok(tf, "webhooks", "remove", hook_id)
     assert URL not in _ok(tf, "webhooks", "list").stdout

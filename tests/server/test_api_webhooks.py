@@ -174,6 +174,35 @@ async def test_deliveries_are_signed_logged_and_redelivered_by_hand(
     assert missing.status == 404
 
 
+async def test_a_rotated_secret_signs_what_is_sent_from_then_on(
+    private_server: Server, receiver: Receiver
+) -> None:
+    """The new secret is shown once (made, or the one given), audited masked; the next
+    delivery verifies under it and not under the old one; a short secret, or a webhook
+    that is not there, is refused."""
+    server = private_server
+    hook = await server.ok("POST", HOOKS, {"url": receiver.url, "events": ["job.submitted"]})
+    rotated = await server.ok("POST", f"{HOOKS}/{hook['id']}/rotate-secret", {})
+    new = rotated["secret"]
+    assert new.startswith("whsec_") and new != hook["secret"]
+    assert rotated["secret_hint"] != hook["secret_hint"] and new not in rotated["secret_hint"]
+    assert new not in json.dumps(await server.ok("GET", HOOKS))
+    [audit] = await server.audit(kind="webhook.secret_rotated")
+    assert audit["target"] == f"webhook:{hook['id']}" and new not in json.dumps(audit)
+    await server.submit()
+    await eventually(lambda: _got(receiver, 1), "the delivery")
+    sent = receiver.got[0]
+    signed = sent["headers"]["X-Tunefleet-Signature"]
+    assert verify(new, signed, sent["raw"], time.time())
+    assert not verify(hook["secret"], signed, sent["raw"], time.time())
+    given = await server.ok("POST", f"{HOOKS}/{hook['id']}/rotate-secret", {"secret": "g" * 24})
+    assert given["secret"] == "g" * 24
+    short = await server.post(f"{HOOKS}/{hook['id']}/rotate-secret", {"secret": "short"})
+    assert short.status == 400 and "secret" in (await short.json())["detail"]
+    missing = await server.post(f"{HOOKS}/999/rotate-secret", {})
+    assert missing.status == 404 and "tunefleet webhooks list" in (await missing.json())["detail"]
+
+
 async def test_a_slack_subscription_gets_a_chat_message(
     private_server: Server, receiver: Receiver
 ) -> None:

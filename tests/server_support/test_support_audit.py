@@ -119,6 +119,7 @@ def test_kinds_are_exactly_the_documented_set() -> None:
         "webhook.created",
         "webhook.deleted",
         "webhook.enabled",
+        "webhook.secret_rotated",
         "webhook.redelivered",
         "job.preempted",
         "team.quota_set",

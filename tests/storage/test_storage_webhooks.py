@@ -1,6 +1,7 @@
 """Webhook rows (issue 27) on SQLite, PostgreSQL and in memory, held to one contract: the
 outbox's events and deliveries, the sender's page of due ones, attempts and their log,
-redelivery, disabling (which fails what is pending) and removal (which takes the log)."""
+redelivery, a new secret, disabling (which fails what is pending) and removal (which takes
+the log)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ async def _scenario(store: Store) -> dict[str, Any]:
     attempts = await hooks.attempts([d.id for d, _, _ in log])
     again = await hooks.redeliver(first.subscription.id, first.delivery.delivery_id, 50.0)
     after_redeliver = (await hooks.deliveries(first.subscription.id))[-1][0]
+    rotated = await hooks.set_secret(two.id, "whsec_" + "n" * 20)
+    no_such = await hooks.set_secret(999, "whsec_" + "n" * 20)
     assert await hooks.set_disabled(two.id, "gone")
     disabled = await hooks.subscription(two.id)
     two_states = sorted(d.state for d, _, _ in await hooks.deliveries(two.id))
@@ -71,6 +74,7 @@ async def _scenario(store: Store) -> dict[str, Any]:
         "attempts": [(a.status_code, a.latency_ms, a.error) for a in attempts],
         "redelivered": (again, after_redeliver.state, after_redeliver.next_at),
         "disabled": (disabled.disabled_reason if disabled else None, two_states),
+        "rotated": (rotated.secret if rotated else None, no_such),
         "left": [s.id for s in await hooks.subscriptions()],
         "one_log_after_delete": await hooks.deliveries(one.id),
     }
@@ -88,6 +92,7 @@ async def test_webhook_rows_keep_one_contract_on_every_backend(db: Database) -> 
     assert stored["attempts"] == [(503, 12.5, "HTTP 503"), (200, 3.0, None)]
     assert stored["redelivered"] == (True, "pending", 50.0)
     assert stored["disabled"] == ("gone", ["failed", "failed"])
+    assert stored["rotated"] == ("whsec_" + "n" * 20, None)
     assert stored["left"] == [2] and stored["one_log_after_delete"] == []
     job, worker, missing = stored["facts"]
     assert (job["name"], job["user_name"], job["progress"], job["state"]) == (

@@ -1,4 +1,5 @@
-"""The Webhooks view: a subscription is added with its secret shown once, a test event
+"""The Webhooks view: a subscription is added with its secret shown once, its secret
+rotated (the new one shown once), a test event
 to a receiver answering 410 disables it (said on the page, with the reason), the
 delivery log shows the attempt, and it is removed. The receiver is on 127.0.0.1 (the
 suite's orchestrator runs with --webhooks-allow-private)."""
@@ -43,6 +44,14 @@ def test_a_webhook_is_added_disabled_by_a_410_and_removed(
     row = page.locator("#webhooks-table tbody tr", has_text=gone_receiver.url)
     expect(row).to_contain_text("Enabled")
     assert value not in page.content()  # shown once, never again
+    row.get_by_role("button", name="Rotate secret").click()
+    page.locator("dialog").get_by_role("button", name="Rotate").click()
+    rotated = page.locator("#webhook-secret")
+    expect(rotated).to_be_visible()
+    assert rotated.input_value().startswith("whsec_") and rotated.input_value() != value
+    page.get_by_role("button", name="Done").click()
+    [audit] = orchestrator.request("GET", "/api/audit?kind=webhook.secret_rotated")["events"]
+    assert audit["actor"]
     row.get_by_role("button", name="Test").click()
     expect(page.locator(".toast.success")).to_contain_text("Sent a test event")
 

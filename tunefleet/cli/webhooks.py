@@ -137,6 +137,22 @@ def enable(conn: Connection, webhook_id: int) -> None:
     click.echo(f"Enabled webhook {webhook_id}.")
 
 
+@webhooks.command("rotate-secret")
+@click.argument("webhook_id", type=int)
+@click.option("--secret", help="The new signing secret (16+ characters); default: one is made.")
+@json_option
+@connection_options
+def rotate_secret(conn: Connection, webhook_id: int, secret: str | None, as_json: bool) -> None:
+    """Sign with a new secret from now on; it is printed this once."""
+    body = {"secret": secret} if secret is not None else {}
+    data = call(conn, lambda api: api.post(f"{PATH}/{webhook_id}/rotate-secret", body))
+    if as_json:
+        print_json(data)
+        return
+    click.echo(f"Webhook {webhook_id} signs with a new secret from now on.")
+    click.echo(f"Signing secret (shown once; give it to the receiver): {data['secret']}")
+
+
 @webhooks.command("deliveries")
 @click.argument("webhook_id", type=int)
 @click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)

@@ -24,6 +24,7 @@ from tunefleet.http.schemas_webhooks import (
     CreateWebhookRequest,
     DeliveryListQuery,
     DeliveryListResponse,
+    RotateSecretRequest,
     WebhookActionResponse,
     WebhookCreated,
     WebhookListResponse,
@@ -243,6 +244,33 @@ async def enable_webhook(request: web.Request) -> web.StreamResponse:
         AuditKind.WEBHOOK_ENABLED, actor=actor_name(request), target=f"webhook:{row.id}"
     )
     return web.json_response({"success": True, "id": row.id})
+
+
+@routes.route(
+    "POST",
+    "/api/admin/webhooks/{webhook_id}/rotate-secret",
+    summary="Sign with a new secret from now on (shown once, in this answer)",
+    request=RotateSecretRequest,
+    response=WebhookCreated,
+    auth="api",
+    errors={**_NOT_FOUND, 400: "A secret under 16 characters"},
+)
+async def rotate_webhook_secret(request: web.Request) -> web.StreamResponse:
+    row = await _own_subscription(request)
+    body = await parse_body(request, RotateSecretRequest)
+    secret = body.secret or new_secret()
+    store = request.app[keys.STORE]
+    rotated = await store.webhooks.set_secret(row.id, secret)
+    if rotated is None:  # removed meanwhile
+        raise ApiError(404, f"No such webhook: {row.id}; `tunefleet webhooks list` shows the ids")
+    await _reload(request)
+    await request.app[keys.AUDIT].record(
+        AuditKind.WEBHOOK_SECRET_ROTATED,
+        actor=actor_name(request),
+        target=f"webhook:{row.id}",
+        secret_hint=masked(secret),
+    )
+    return web.json_response({**subscription_view(rotated), "secret": secret})
 
 
 @routes.route(

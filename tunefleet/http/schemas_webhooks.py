@@ -40,6 +40,15 @@ class CreateWebhookRequest(StrictRequestModel):
     )
 
 
+class RotateSecretRequest(StrictRequestModel):
+    secret: str | None = Field(
+        default=None,
+        min_length=16,
+        max_length=256,
+        description="The new signing secret; default: one is made (shown once)",
+    )
+
+
 class WebhookView(ResponseModel):
     id: int
     url: str

@@ -63,6 +63,13 @@ class MemoryWebhookRepo(WebhookRepo):
                 del self._t.webhook_attempts[key]
         return self._t.webhook_subscriptions.pop(sub_id, None) is not None
 
+    def set_secret(self, sub_id: int, secret: str) -> WebhookSubscriptionRow | None:
+        row = self._t.webhook_subscriptions.get(sub_id)
+        if row is None:
+            return None
+        self._t.webhook_subscriptions[sub_id] = replace(row, secret=secret)
+        return fresh(self._t.webhook_subscriptions[sub_id])
+
     def set_disabled(self, sub_id: int, reason: str | None) -> bool:
         row = self._t.webhook_subscriptions.get(sub_id)
         if row is None:

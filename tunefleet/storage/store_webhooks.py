@@ -200,6 +200,11 @@ class WebhookRepo:
         gone = WebhookSubscription.delete().where(WebhookSubscription.id == sub_id).execute()
         return bool(gone)
 
+    def set_secret(self, sub_id: int, secret: str) -> WebhookSubscriptionRow | None:
+        """The subscription with its new signing secret; None if there is none."""
+        WebhookSubscription.update(secret=secret).where(WebhookSubscription.id == sub_id).execute()
+        return self.subscription(sub_id)
+
     def set_disabled(self, sub_id: int, reason: str | None) -> bool:
         """Disable (``reason``) or enable (None) a subscription. Disabling fails its
         pending deliveries, so nothing is sent to a receiver that said it is gone."""
@@ -427,6 +432,9 @@ class WebhookRecords:
 
     async def set_disabled(self, sub_id: int, reason: str | None) -> bool:
         return await self.db.write(partial(self.repo.set_disabled, sub_id, reason))
+
+    async def set_secret(self, sub_id: int, secret: str) -> WebhookSubscriptionRow | None:
+        return await self.db.write(partial(self.repo.set_secret, sub_id, secret))
 
     async def due(
         self, now: float, limit: int, skip: Sequence[int] = (), busy: Sequence[int] = ()

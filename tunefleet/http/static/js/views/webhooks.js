@@ -1,6 +1,7 @@
 // Webhooks: the signed-in user's subscriptions (every one with admin.webhooks), each with
-// Test, Deliveries (the delivery log, with Redeliver), Remove, and Enable when a 410 from
-// its receiver disabled it. Add shows the signing secret once. docs/webhooks.md.
+// Test, Deliveries (the delivery log, with Redeliver), Rotate secret, Remove, and Enable
+// when a 410 from its receiver disabled it. Add and Rotate secret show the signing secret
+// once. docs/webhooks.md.
 
 import { get, post, del, enc } from '../api.js';
 import { KeyedRows, emptyState, h } from '../dom.js';
@@ -15,6 +16,19 @@ function stateCell(hook) {
   return h('span', {},
     h('span', { class: 'badge', 'data-status': 'failed' }, 'Disabled'), ' ',
     h('span', { class: 'muted webhook-reason' }, hook.disabled_reason || ''));
+}
+
+// The signing secret, shown this once in the dialog `m` (after Add, or Rotate secret).
+function showSecret(m, heading, value) {
+  const secret = h('input', { id: 'webhook-secret', type: 'text', readonly: true, value, spellcheck: 'false' });
+  m.heading.textContent = heading;
+  m.body.replaceChildren(
+    h('div', { class: 'callout', role: 'note' }, h('strong', {}, 'Copy the signing secret now: it will not be shown again. '),
+      'Your receiver verifies X-Tunefleet-Signature with it (docs/webhooks.md).'),
+    h('div', { class: 'field' }, h('label', { for: 'webhook-secret' }, 'Signing secret'),
+      h('div', { class: 'secret' }, secret, copyButton(() => value, 'signing secret'))));
+  m.foot.replaceChildren(h('button', { class: 'btn primary', type: 'button', onClick: () => m.close(true) }, 'Done'));
+  secret.focus();
 }
 
 function openAdd(kinds, onDone) {
@@ -46,15 +60,7 @@ function openAdd(kinds, onDone) {
     submit.disabled = true;
     try {
       const data = await post(PATH, body);
-      const secret = h('input', { id: 'webhook-secret', type: 'text', readonly: true, value: data.secret, spellcheck: 'false' });
-      m.heading.textContent = `Webhook ${data.id} added`;
-      m.body.replaceChildren(
-        h('div', { class: 'callout', role: 'note' }, h('strong', {}, 'Copy the signing secret now: it will not be shown again. '),
-          'Your receiver verifies X-Tunefleet-Signature with it (docs/webhooks.md).'),
-        h('div', { class: 'field' }, h('label', { for: 'webhook-secret' }, 'Signing secret'),
-          h('div', { class: 'secret' }, secret, copyButton(() => data.secret, 'signing secret'))));
-      m.foot.replaceChildren(h('button', { class: 'btn primary', type: 'button', onClick: () => m.close(true) }, 'Done'));
-      secret.focus();
+      showSecret(m, `Webhook ${data.id} added`, data.secret);
       onDone();
     } catch (err) {
       error.textContent = err.detail;
@@ -123,6 +129,17 @@ export function mount(main) {
       } else if (what === 'enable') {
         await post(`${PATH}/${hook.id}/enable`);
         toast(`Webhook ${hook.id} enabled.`, 'success');
+      } else if (what === 'rotate') {
+        const sure = await confirmAction({
+          title: 'Rotate signing secret',
+          message: `Sign what goes to ${hook.url} with a new secret from now on? Its receiver refuses deliveries until it has the new one; they are retried for 24 hours.`,
+          confirmLabel: 'Rotate',
+        });
+        if (!sure) return;
+        const data = await post(`${PATH}/${hook.id}/rotate-secret`, {});
+        const m = modal({ title: 'New signing secret', wide: true });
+        showSecret(m, `Webhook ${hook.id}: new signing secret`, data.secret);
+        m.show();
       } else if (what === 'remove') {
         const sure = await confirmAction({ title: 'Remove webhook', message: `Remove ${hook.url} and its delivery log?`, confirmLabel: 'Remove', danger: true });
         if (!sure) return;
@@ -148,6 +165,7 @@ export function mount(main) {
         w.enabled ? h('button', { class: 'btn small', type: 'button', onClick: () => act(w, 'test') }, 'Test')
           : h('button', { class: 'btn small primary', type: 'button', onClick: () => act(w, 'enable') }, 'Enable'),
         h('button', { class: 'btn small', type: 'button', onClick: () => openDeliveries(w) }, 'Deliveries'),
+        h('button', { class: 'btn small', type: 'button', onClick: () => act(w, 'rotate') }, 'Rotate secret'),
         h('button', { class: 'btn small danger', type: 'button', onClick: () => act(w, 'remove') }, 'Remove')),
     },
   ], (w) => String(w.id));
