@@ -9,7 +9,9 @@ disk's free space does not show yet are counted against the room above the floor
 
 - the bytes let through since the disk was last asked, each database byte as
   ``DATABASE_BYTES_PER_BYTE`` (a log flood sends 130 batches of 1 MiB in a second):
-  once they could have used the room, the next write asks again;
+  a write that would not fit in the room left asks again, and is refused if it still
+  does not (an upload of a declared size, a multipart upload's assembly, is refused
+  before its first byte rather than stopped at the floor);
 - the bytes *owed* by files that a later write copies elsewhere on the same disk: SQLite's
   write-ahead log, whose pages a checkpoint copies into the database file. A log flood
   that reuses the WAL leaves free space unchanged until a checkpoint lands up to 16 MiB at
@@ -23,7 +25,7 @@ import shutil
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,24 @@ class LowDisk:
     free: int
     floor: int
     owed: int = 0  # what the database's write-ahead log will take of ``free`` again
+    # Above the floor, but a write of this many bytes would take it below.
+    needed: int = 0
+
+    def refusal(self, what: str) -> str:
+        """The 507's one-line detail."""
+        to_do = "free space on that disk (writes resume by themselves) or lower --min-free-disk"
+        if self.needed:
+            room = max(0, self.free - self.owed - self.floor)
+            return (
+                f"not enough free disk to store {what}: {size_text(self.needed)} needed, "
+                f"{size_text(room)} free above the {size_text(self.floor)} kept free on "
+                f"the disk holding {self.path}; {to_do}"
+            )
+        owed = f", less {size_text(self.owed)} owed to the database log" * bool(self.owed)
+        return (
+            f"not enough free disk to store {what}: {size_text(self.free)} free on the disk "
+            f"holding {self.path}{owed}, under the {size_text(self.floor)} kept free; {to_do}"
+        )
 
 
 class DiskGuard:
@@ -81,23 +101,19 @@ class DiskGuard:
         self._monotonic = monotonic
         self._checked_at: float | None = None
         self._low: LowDisk | None = None
-        # Above the floor when last asked: the least room over it on a watched disk, and
-        # the bytes let through since.
+        # Above the floor when last asked: the disk with the least room over it, that
+        # room, and the bytes let through since.
+        self._tightest: LowDisk | None = None
         self._room = 0
         self._admitted = 0
 
     def check(self, what: str, nbytes: int = 0) -> None:
         """Raise DiskBelowFloor (507) naming ``what`` was refused, when a watched disk is
-        below the floor; otherwise count the ``nbytes`` about to be written and return."""
+        below the floor or ``nbytes`` would not fit above it; otherwise count them (they
+        are about to be written) and return."""
         low = self.low(nbytes)
         if low is not None:
-            owed = f", less {size_text(low.owed)} owed to the database log" * bool(low.owed)
-            raise DiskBelowFloor(
-                f"not enough free disk to store {what}: {size_text(low.free)} free on the "
-                f"disk holding {low.path}{owed}, under the {size_text(low.floor)} kept free; "
-                "free space on that disk (writes resume by themselves) or lower "
-                "--min-free-disk"
-            )
+            raise DiskBelowFloor(low.refusal(what))
 
     async def watch(self, chunks: AsyncIterator[bytes], what: str) -> AsyncIterator[bytes]:
         """``chunks``, checked as they come: an upload begun above the floor stops (507)
@@ -107,17 +123,21 @@ class DiskGuard:
             yield chunk
 
     def low(self, nbytes: int = 0) -> LowDisk | None:
-        """The first watched disk below the floor, or None. The disk is asked at most once
-        per ttl, and again sooner when the bytes let through could have used the room."""
+        """The first watched disk below the floor, or the one ``nbytes`` would take below
+        it; None when they fit. The disk is asked at most once per ttl, and again sooner
+        when the bytes let through and these could use more than the room."""
         if self.floor.off:
             return None
         now = self._monotonic()
         fresh = self._checked_at is not None and now - self._checked_at < self._ttl_s
-        if not fresh or (self._low is None and self._admitted > self._room):
+        if not fresh or (self._low is None and self._admitted + nbytes > self._room):
             self._ask(now)
-        if self._low is None:
-            self._admitted += nbytes
-        return self._low
+        if self._low is not None:
+            return self._low
+        if self._admitted + nbytes > self._room and self._tightest is not None:
+            return replace(self._tightest, needed=nbytes)  # asked just now: it does not fit
+        self._admitted += nbytes
+        return None
 
     def _ask(self, now: float) -> None:
         self._checked_at = now
@@ -136,9 +156,10 @@ class DiskGuard:
             log.info("disk above the free-space floor again", path=str(was.path))
 
     def _measure(self) -> LowDisk | None:
-        """The first disk below the floor; otherwise None, with ``_room`` set."""
+        """The first disk below the floor; otherwise None, with the tightest one and its
+        room kept."""
         owed = self._owed_by_disk()
-        rooms: list[int] = []
+        rooms: list[tuple[int, LowDisk]] = []
         for path in self.paths:
             try:
                 usage = self._usage(path)
@@ -149,9 +170,13 @@ class DiskGuard:
             path_owed = owed.get(_device(path), 0)
             if usage.free - path_owed < floor:
                 return LowDisk(path, usage.free, floor, path_owed)
-            rooms.append(usage.free - path_owed - floor)
+            rooms.append(
+                (usage.free - path_owed - floor, LowDisk(path, usage.free, floor, path_owed))
+            )
         # No disk read: nothing to count against; asked again after the ttl.
-        self._room = min(rooms) if rooms else sys.maxsize
+        self._room, self._tightest = (
+            min(rooms, key=lambda r: r[0]) if rooms else (sys.maxsize, None)
+        )
         return None
 
     def _owed_by_disk(self) -> dict[int | None, int]:

@@ -170,3 +170,48 @@ async def test_a_log_flood_stops_at_the_floor_though_the_database_lands_its_wal_
             other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         assert free_bytes(disk) >= floor - batch, f"{free_bytes(disk) / MiB:.1f} MiB free"
         assert (await worker.heartbeat(status="busy", current_job_id=job_id)).status == 200
+
+
+async def test_an_upload_that_cannot_fit_is_refused_before_its_first_byte(
+    make_server: ServerMaker, tmp_path: Path
+) -> None:
+    """A PUT whose Content-Length is more than the room above the floor, and a multipart
+    upload whose parts would be copied into an object that cannot fit: 507 at once,
+    saying what is needed, and the disk keeps its floor (before: the PUT streamed down
+    to the floor, the assembly wrote until the disk was full)."""
+    floor = 4 * MiB
+    with small_disk(tmp_path / "disk", 32) as disk:
+        server = await _on_disk(make_server, disk, f"{floor}")
+        worker = await server.connected_worker()
+        uploader = Uploader(server, await dispatched(server, worker))
+        free_before = free_bytes(disk)
+        too_big = await uploader.put("huge.bin", b"x" * (free_before - floor + MiB))
+        detail = (await too_big.json())["detail"]
+        assert too_big.status == 507 and "needed" in detail and "artifact bytes" in detail
+        assert free_bytes(disk) >= free_before - MiB  # nothing of it was kept
+
+        url = uploader.url("big/model.bin")
+        started = await server.client.post(url + "?uploads", headers=uploader.headers())
+        upload_id = (await started.json())["upload_id"]
+        etags = []
+        for number in (1, 2):
+            part = await server.client.put(
+                f"{url}?partNumber={number}&uploadId={upload_id}",
+                data=bytes([number]) * (6 * MiB),
+                headers=uploader.headers(),
+            )
+            assert part.status == 200, await part.text()
+            etags.append((await part.json())["etag"])
+        filler = fill(disk, leave_bytes=floor + 8 * MiB)  # 12 MiB to copy, 8 MiB of room
+        body = {"parts": [{"part_number": n, "etag": e} for n, e in enumerate(etags, 1)]}
+        done = await server.client.post(
+            f"{url}?uploadId={upload_id}", json=body, headers=uploader.headers()
+        )
+        detail = (await done.json())["detail"]
+        assert done.status == 507 and "12.0 MiB needed" in detail, detail
+        assert free_bytes(disk) >= floor
+        filler.unlink()  # room again: the same parts complete
+        done = await server.client.post(
+            f"{url}?uploadId={upload_id}", json=body, headers=uploader.headers()
+        )
+        assert done.status == 200, await done.text()

@@ -158,17 +158,19 @@ def test_a_burst_within_the_ttl_asks_again_once_it_could_have_used_the_room(
     tmp_path: Path,
 ) -> None:
     """A log flood sends a second's worth of batches between two asks; the bytes let
-    through count against the room above the floor, and once they could have used it the
-    next write asks the disk again rather than trusting the kept answer."""
+    through count against the room above the floor, and a write that would not fit in
+    what is left asks the disk again rather than trusting the kept answer."""
     disk = Disk(total=100 * GiB, free=1 * GiB + 10 * MiB + MiB // 2)
     guard = _guard(disk, Clock(), "1GiB", tmp_path)
-    for _ in range(11):  # 10.5 MiB of room: eleven writes of 1 MiB on one ask, the last
-        guard.check("log lines", 1 * MiB)  # taking up to its own size below the floor
+    for _ in range(10):  # 10.5 MiB of room: ten writes of 1 MiB on one ask
+        guard.check("log lines", 1 * MiB)
         disk.free -= 1 * MiB
     assert disk.asked == 1
-    with pytest.raises(DiskBelowFloor):  # the room is used: asked again, and refused
-        guard.check("log lines", 1 * MiB)
+    with pytest.raises(DiskBelowFloor, match=r"1\.0 MiB needed, 512\.0 KiB free above"):
+        guard.check("log lines", 1 * MiB)  # would not fit: asked again, and refused
     assert disk.asked == 2
+    guard.check("log lines", 1024)  # what still fits goes on
+    assert disk.free - 1024 >= 1 * GiB
 
 
 def test_a_burst_that_did_not_use_the_disk_is_let_through_after_asking(tmp_path: Path) -> None:
@@ -196,4 +198,19 @@ async def test_an_upload_counts_its_bytes_between_asks(tmp_path: Path) -> None:
     with pytest.raises(DiskBelowFloor):
         async for chunk in guard.watch(body(), "artifact bytes"):
             received += len(chunk)
-    assert received == 5 * MiB  # the room, and the chunk that was let through into it
+    assert received == 4 * MiB  # the room, and not a byte below the floor
+
+
+def test_a_write_that_cannot_fit_is_refused_before_its_first_byte(tmp_path: Path) -> None:
+    """An upload of a declared size, or a multipart upload's assembly, larger than the
+    room above the floor: 507 at once, saying what it needs and what is free, and the
+    disk is not said to be below the floor (smaller writes go on)."""
+    disk = Disk(total=100 * GiB, free=3 * GiB)
+    guard = _guard(disk, Clock(), "1GiB", tmp_path)
+    with pytest.raises(DiskBelowFloor) as refused:
+        guard.check("artifact bytes", 5 * GiB)
+    detail = str(refused.value)
+    assert "5.0 GiB needed, 2.0 GiB free above the 1.0 GiB kept free" in detail
+    assert str(tmp_path) in detail and "--min-free-disk" in detail and "\n" not in detail
+    assert guard.low() is None
+    guard.check("artifact bytes", 1 * GiB)

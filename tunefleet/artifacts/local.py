@@ -209,6 +209,14 @@ class LocalStore:
 
         return await asyncio.to_thread(scan)
 
+    async def parts_on_disk(self, upload_id: str) -> int:
+        folder = self._parts / upload_id
+
+        def total() -> int:
+            return sum(path.stat().st_size for path in folder.glob("[0-9][0-9][0-9][0-9][0-9]"))
+
+        return await asyncio.to_thread(total)
+
     async def complete_multipart(
         self,
         job_id: str,

@@ -141,6 +141,11 @@ class ArtifactStore(Protocol):
         self, job_id: str, key: str, upload_id: str, backend_id: str | None
     ) -> list[PartInfo]: ...
 
+    async def parts_on_disk(self, upload_id: str) -> int:
+        """Bytes of an upload's parts on the orchestrator's own disk (what assembling
+        them copies into the object first); 0 for a store that keeps none there."""
+        ...
+
     async def complete_multipart(
         self,
         job_id: str,

@@ -165,8 +165,9 @@ async def artifact_put(request: web.Request) -> web.StreamResponse:
     if location is not None:
         return _redirect(location)
     # Past here the bytes are stored by the orchestrator: on its disk, unless a bucket.
-    if not store.presigns:  # the bytes are counted as they come (_bytes_in)
-        check_disk(request, "artifact bytes", stored_bytes=0)
+    if not store.presigns:  # refused at once when its declared size cannot fit; its bytes
+        # are also counted as they come (_bytes_in), which at worst asks the disk sooner
+        check_disk(request, "artifact bytes", stored_bytes=request.content_length or 0)
     if "uploadId" in request.query:
         await _multipart(artifacts, scope, key, request.query["uploadId"])
         number = _part_number(request)
@@ -202,6 +203,8 @@ async def artifact_multipart(request: web.Request) -> web.StreamResponse:
         )
     upload_id = request.query["uploadId"]
     backend_id, _ = await _multipart(artifacts, scope, key, upload_id)
+    if not store.presigns:  # assembling copies every part into the object first
+        check_disk(request, "artifact bytes", stored_bytes=await store.parts_on_disk(upload_id))
     body = await parse_body(request, CompleteMultipart)
     parts = sorted((p.part_number, p.etag) for p in body.parts)
     async with artifacts.writing(scope.job_id, key):
