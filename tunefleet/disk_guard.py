@@ -45,14 +45,16 @@ DiskUsage = Callable[[Path], Any]  # shutil.disk_usage's shape: .total and .free
 
 
 class DiskBelowFloor(TunefleetError):
-    """A bulk write refused: the disk is below the free-space floor."""
+    """A bulk write refused: the disk is below the free-space floor, or the write would
+    take it there."""
 
     status = 507
 
 
 @dataclass(frozen=True, slots=True)
 class LowDisk:
-    """A watched disk found below the floor."""
+    """A watched disk found below the floor, or (``needed``) one a write would take
+    below it."""
 
     path: Path
     free: int
@@ -117,7 +119,7 @@ class DiskGuard:
 
     async def watch(self, chunks: AsyncIterator[bytes], what: str) -> AsyncIterator[bytes]:
         """``chunks``, checked as they come: an upload begun above the floor stops (507)
-        when the disk falls below it, rather than filling the disk to the last byte."""
+        at the chunk that would take the disk below it, rather than filling the disk."""
         async for chunk in chunks:
             self.check(what, len(chunk))
             yield chunk
