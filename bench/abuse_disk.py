@@ -1,12 +1,14 @@
 """(g) of `bench abuse`: a full disk. An orchestrator of its own runs with its data
 directory on a small tmpfs (root only; otherwise the attack is skipped and the reason
-printed). A worker fills the disk, with one artifact as large as the filesystem and
-then log batches until they are refused; then the control plane is tried on the full
-disk: a heartbeat, a submit, a log post, an artifact download and an API GET.
+printed). A worker fills the disk, with one artifact as large as the filesystem (refused
+before its first byte: it cannot fit above the floor) and then log batches until they
+are refused; then the control plane is tried on the full disk: a heartbeat, a submit, a
+log post, an artifact download and an API GET.
 
 The floor (--min-free-disk) is set above what a few requests need, so once it is in
-force the fill stops there with 507 and the rest keeps working; before it, the disk
-fills to the last byte and the orchestrator answers 500.
+force the fill stops there with 507 and the rest keeps working (small writes that still
+fit are taken); before it, the disk filled to the last byte and the orchestrator
+answered 500.
 """
 
 from __future__ import annotations
@@ -119,10 +121,8 @@ def _put(job: dict[str, Any], key: str, data: bytes) -> None:
 
 
 async def _fill_and_try(server: Orchestrator, job: dict[str, Any]) -> dict[str, Any]:
+    # Refused before its first byte: its declared size cannot fit above the floor.
     found: dict[str, Any] = {"artifact": await _fill_with_artifact(job)}
-    # The refused upload's bytes are removed; the guard's below-the-floor answer is kept
-    # a second (--min-free-disk), so the log batches begin once it is asked again.
-    await asyncio.sleep(1.1)
     lane = Lane(server.port)
     host = f"127.0.0.1:{server.port}"
     worker = {"X-Worker-Token": job["worker_token"]}
