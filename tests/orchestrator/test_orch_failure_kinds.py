@@ -165,6 +165,24 @@ async def test_a_retry_waits_for_another_worker_rather_than_go_back_and_says_why
     assert (await harness.job(job_id)).worker_id == good.worker_id
 
 
+async def test_a_retry_never_waits_for_a_worker_that_is_draining(
+    harness: FleetHarness,
+) -> None:
+    """The only other fitting worker is draining: it will take no new job, so the retry
+    goes back to the idle worker it failed on rather than wait for ever (found by the
+    scheduling property test: a job error, then the other worker drained)."""
+    first = await harness.agent("first")
+    job_id = await harness.submit(max_retries=3)
+    other = await harness.agent("other")
+    blocker = await harness.submit(max_retries=3)  # keeps "other" busy
+    assert (await harness.job(blocker)).worker_id == other.worker_id
+    await harness.fleet.drain(other.worker_id, actor="admin")
+    await harness.settle()
+    await fail(first, job_id, POISON)  # a job error: the retry avoids "first" if it can
+    job = await harness.job(job_id)
+    assert (job.state, job.worker_id) == ("dispatched", first.worker_id)
+
+
 async def test_three_infrastructure_failures_quarantine_the_worker(
     harness: FleetHarness,
 ) -> None:
@@ -268,11 +286,10 @@ async def test_job_errors_of_jobs_that_then_succeed_elsewhere_quarantine_the_wor
         await harness.fleet.drain(fine.worker_id, "admin")  # the first attempt: on suspect
         job_id = await harness.submit(max_retries=1)
         assert (await harness.job(job_id)).worker_id == suspect.worker_id
-        await fail(suspect, job_id, f"exit code 1: KeyError: 'weights{n}x'")
-        assert await harness.job_state(job_id) == "pending"  # waits for another worker
         await harness.fleet.resume(fine.worker_id, "admin")
         await harness.settle()
-        assert (await harness.job(job_id)).worker_id == fine.worker_id
+        await fail(suspect, job_id, f"exit code 1: KeyError: 'weights{n}x'")
+        assert (await harness.job(job_id)).worker_id == fine.worker_id  # the retry: elsewhere
         snapshot = await harness.fleet.get_worker(suspect.worker_id)
         assert snapshot["quarantined"] is False, "not until the job succeeds elsewhere"
         await fine.run_to_completion(job_id)

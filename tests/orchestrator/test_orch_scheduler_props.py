@@ -17,8 +17,8 @@ After every step the fleet settles, and then:
 - no pending job fits a worker that is free to take it (the loop settled);
 - a job is stored already dispatched by its submit alone (one commit, before any
   pending job is considered) exactly when a free worker fits it as it is submitted.
-At the end, a job's attempts less its preempted, undelivered and infrastructure ones
-are within max_retries + 1: none of those counts as a retry.
+At the end, a job's attempts less its preempted, undelivered, infrastructure and
+worker_shutdown ones are within max_retries + 1: none of those counts as a retry.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from tunefleet.actors.context import FleetSettings
 from tunefleet.actors.matching import Requirements, unmet
 from tunefleet.actors.preemption import HEAD_OF_BAND, NotPreemptible
 from tunefleet.actors.records import JobRecord
+from tunefleet.fsm.failure_kinds import INFRA_BUDGET_KINDS
 from tunefleet.fsm.job import JobState
 from tunefleet.gpu_health import GpuReading, HealthSample
 
@@ -367,7 +368,7 @@ async def _scenario(
             free = [
                 a
                 for a in await h.store.list_attempts(job_id)
-                if a.kind in ("preempted", "undelivered", "infrastructure")
+                if a.kind in ("preempted", "undelivered", *INFRA_BUDGET_KINDS)
             ]
             assert row.attempts - len(free) <= row.max_retries + 1
             assert kinds.count("dispatched") == row.attempts

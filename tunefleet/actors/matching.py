@@ -108,6 +108,9 @@ class WorkerView:
     # Why it is quarantined (it takes no job; wait reasons say why); None: it is not.
     # An unhealthy GPU reading quarantines it too (worker_health.py).
     quarantine_reason: str | None = None
+    # A drain was asked for, or an ephemeral worker is retiring: it takes no new job, so
+    # a retry never waits for it (scheduler._fits_outside).
+    draining: bool = False
 
 
 @dataclass(frozen=True, slots=True)

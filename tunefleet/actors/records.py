@@ -69,7 +69,7 @@ class WorkerRecord:
         # What an admin assigned wins over what the agent claims about itself.
         return {**self.agent_labels, **self.labels}
 
-    def view(self, *, connected: bool = True) -> WorkerView:
+    def view(self, *, connected: bool = True, draining: bool = False) -> WorkerView:
         return WorkerView(
             worker_id=self.worker_id,
             is_local=self.is_local,
@@ -81,6 +81,7 @@ class WorkerRecord:
             allowed_commands=self.allowed_commands,
             hardware_known=self.connected_at is not None,  # set by the first registration
             quarantine_reason=self.quarantine_reason,
+            draining=draining,
         )
 
     def apply_registration(self, msg: m.Register, now: float) -> None:

@@ -207,7 +207,8 @@ class Scheduler(Actor):
 
     def _steered(self, job: PendingJob) -> PendingJob:
         """A retry keeps off the workers it failed on while another worker of the fleet
-        (idle or busy, not quarantined) fits it: it waits for that one (retry_policy.py)."""
+        (idle or busy; not quarantined or draining, which take no new job) fits it: it
+        waits for that one (retry_policy.py)."""
         excluded = exclusion(
             job.avoid, job.shun, lambda kept_off: self._fits_outside(job, kept_off)
         )
@@ -218,6 +219,7 @@ class Scheduler(Actor):
         return any(
             view.connected
             and view.quarantine_reason is None
+            and not view.draining
             and view.worker_id not in kept_off
             and view.is_local in SIDES[key.target]
             and fits(key, view)

@@ -96,7 +96,8 @@ class WorkerActor(WorkerFsmMixin, Actor):
         )
 
     def view(self) -> WorkerView:
-        return self.rec.view(connected=self.connected)
+        draining = self.drain_requested or self.retiring
+        return self.rec.view(connected=self.connected, draining=draining)
 
     def snapshot(self) -> dict[str, Any]:
         return self.rec.public(
