@@ -99,15 +99,19 @@ async def _reload(request: web.Request) -> None:
     request.app[keys.WEBHOOKS].reload(await store.webhooks.subscriptions())
 
 
+def _no_such_webhook(raw: str) -> ApiError:
+    return ApiError(404, f"No such webhook: {raw}; `tunefleet webhooks list` shows the ids")
+
+
 async def _own_subscription(request: web.Request) -> WebhookSubscriptionRow:
     """The subscription named in the path, if the caller may manage it (404 otherwise)."""
     raw = request.match_info["webhook_id"]
     if not raw.isdigit():
-        raise ApiError(404, f"No such webhook: {raw}; `tunefleet webhooks list` shows the ids")
+        raise _no_such_webhook(raw)
     row = await request.app[keys.STORE].webhooks.subscription(int(raw))
     principal = principal_of(request)
     if row is None or not (_manages_all(principal) or row.owner == principal.user):
-        raise ApiError(404, f"No such webhook: {raw}; `tunefleet webhooks list` shows the ids")
+        raise _no_such_webhook(raw)
     return row
 
 
@@ -262,7 +266,7 @@ async def rotate_webhook_secret(request: web.Request) -> web.StreamResponse:
     store = request.app[keys.STORE]
     rotated = await store.webhooks.set_secret(row.id, secret)
     if rotated is None:  # removed meanwhile
-        raise ApiError(404, f"No such webhook: {row.id}; `tunefleet webhooks list` shows the ids")
+        raise _no_such_webhook(str(row.id))
     await _reload(request)
     await request.app[keys.AUDIT].record(
         AuditKind.WEBHOOK_SECRET_ROTATED,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from tunefleet.http.schemas_common import ResponseModel, StrictRequestModel
 from tunefleet.webhooks.policy import DeliveryState
+
+# A signing secret given at creation or rotation: the same bounds both ways.
+SigningSecret = Annotated[str | None, Field(min_length=16, max_length=256)]
 
 MAX_EVENTS = 32
 MAX_LABELS = 16
@@ -32,20 +35,14 @@ class CreateWebhookRequest(StrictRequestModel):
         max_length=MAX_LABELS,
         description="Only events on workers holding all these labels",
     )
-    secret: str | None = Field(
-        default=None,
-        min_length=16,
-        max_length=256,
-        description="The signing secret; default: one is made (shown once)",
+    secret: SigningSecret = Field(
+        default=None, description="The signing secret; default: one is made (shown once)"
     )
 
 
 class RotateSecretRequest(StrictRequestModel):
-    secret: str | None = Field(
-        default=None,
-        min_length=16,
-        max_length=256,
-        description="The new signing secret; default: one is made (shown once)",
+    secret: SigningSecret = Field(
+        default=None, description="The new signing secret; default: one is made (shown once)"
     )
 
 
